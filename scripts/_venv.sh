@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Shared by scripts/*.sh: create and fill the project-local .venv.
+#   TORCH_VERSION  torch to install first on a CPU-only machine (default 2.13.0, the local CPU wheel).
+#   PYTHON         interpreter used to create .venv (default python3).
+# On a machine with nvidia-smi the installed/pip-resolved CUDA torch is left alone.
+VENV_DIR="${VENV_DIR:-.venv}"
+VENV_PY="$VENV_DIR/bin/python"
+TORCH_VERSION="${TORCH_VERSION:-2.13.0}"
+
+_pip() { "$VENV_PY" -m pip install --disable-pip-version-check -q "$@" 2>&1 | grep -v "is ignored: it is neither" || true; }
+
+ensure_venv() {
+    if [ ! -x "$VENV_PY" ]; then
+        echo "[venv] creating $VENV_DIR with ${PYTHON:-python3}"
+        "${PYTHON:-python3}" -m venv "$VENV_DIR"
+    fi
+    local gpu=0
+    command -v nvidia-smi >/dev/null 2>&1 && gpu=1
+    if [ "$gpu" = 0 ]; then
+        local have
+        have=$("$VENV_PY" -c "import torch; print(torch.__version__.split('+')[0])" 2>/dev/null || true)
+        if [ "$have" != "$TORCH_VERSION" ]; then
+            echo "[venv] installing torch==$TORCH_VERSION first (CPU build; a bare 'torch' would pull CUDA)"
+            _pip "torch==$TORCH_VERSION"
+        fi
+    fi
+    local before
+    before=$("$VENV_PY" -c "import torch; print(torch.__version__)" 2>/dev/null || echo none)
+    if ! "$VENV_PY" -c "import troll_verl, pytest, pytest_timeout" >/dev/null 2>&1 \
+        || [ pyproject.toml -nt "$VENV_DIR/.troll_installed" ]; then
+        echo "[venv] installing troll-verl[test] (editable) and its dependencies"
+        _pip -e ".[test]"
+        touch "$VENV_DIR/.troll_installed"
+    fi
+    local after
+    after=$("$VENV_PY" -c "import torch; print(torch.__version__)")
+    if [ "$before" != "none" ] && [ "$before" != "$after" ]; then
+        echo "[venv] ERROR: installing troll-verl replaced torch $before with $after." >&2
+        echo "[venv] Pin torch in your environment first (pip install torch==$TORCH_VERSION)." >&2
+        exit 1
+    fi
+    if [ "$gpu" = 0 ] && [ "${after%%+*}" != "$TORCH_VERSION" ]; then
+        echo "[venv] ERROR: expected torch $TORCH_VERSION (CPU) in $VENV_DIR, found $after." >&2
+        exit 1
+    fi
+    echo "[venv] torch $after, $("$VENV_PY" -c 'import verl; print("verl", verl.__version__)' 2>/dev/null | tail -1)"
+}

@@ -1,0 +1,376 @@
+# Copyright 2026 The troll-verl authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Exact per-token KL trust-region projection (TROLL, arXiv:2510.03817, §2-§3).
+
+For every row (one token position) of categorical distributions over a support of size S this module
+solves
+
+    π* = argmin_π KL(π ‖ π̃)   subject to   KL(π ‖ π_old) ≤ ε                      # TROLL §1
+
+whose solution is the geometric interpolation
+
+    log π_η(a) = (log π̃(a) + η · log π_old(a)) / (1 + η) − log Z(η).
+
+With ``w = 1 / (1 + η)`` and ``s = log π̃ − log π_old`` this is ``π_w ∝ π_old · exp(w · s)``; ``w = 1`` is the
+unprojected distribution and ``w → 0`` the old one. Rows with ``KL(π̃ ‖ π_old) ≤ ε`` are returned unchanged
+(η = 0, identity Jacobian); every other row is made tight, ``KL(π_η* ‖ π_old) = ε``.
+
+The module is pure torch (no verl import) so that it can move upstream unchanged. Public API:
+:func:`project` and :class:`ProjectionResult`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import torch
+
+__all__ = ["ProjectionResult", "project", "compute_dtype", "SOLVERS"]
+
+SOLVERS = ("newton", "bisection")
+
+# Relative safety margin on the bound: the solver aims at ε·(1 − margin) so that the KL recomputed from the
+# returned (rounded) log-probs stays ≤ ε. fp32 evaluation noise of the KL is ~1e-7 absolute.
+_TARGET_MARGIN = {torch.float32: 2e-5, torch.float64: 1e-10}
+# Step tolerance on u = log w at which Newton stops; the final step is still applied, so the achieved
+# accuracy is quadratic in this number.
+_DEFAULT_TOL = {torch.float32: 1e-4, torch.float64: 1e-8}
+# Newton steps are trusted only while log(KL / target) is above this (below, KL is lost in rounding).
+_NEWTON_TRUST_PHI = -math.log(1e4)
+# |log(KL / target)| below which a small step counts as converged (guards against stalled steps).
+_PHI_CONVERGED = 1e-2
+
+
+class ProjectionResult(NamedTuple):
+    """What :func:`project` returns. All fields but ``logprobs`` are detached diagnostics.
+
+    Attributes:
+        logprobs: ``(..., S)`` projected log-probs in the input dtype. Masked entries hold the input value.
+        eta: ``(...)`` Lagrange multiplier η* ≥ 0 (0 for rows inside the trust region), compute dtype.
+        kl_before: ``(...)`` KL(π̃ ‖ π_old) over the (renormalised) support.
+        kl_after: ``(...)`` KL(π ‖ π_old) of the returned distribution. Above ``kl_bound`` only where the
+            solver hit ``eta_max`` (the residual violation is reported here, never hidden).
+        projected: ``(...)`` bool, True where the row was projected (η > 0).
+        num_iters: solver iterations used by the slowest row (python int).
+    """
+
+    logprobs: torch.Tensor
+    eta: torch.Tensor
+    kl_before: torch.Tensor
+    kl_after: torch.Tensor
+    projected: torch.Tensor
+    num_iters: int
+
+
+def project(
+    new_logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    kl_bound: float,
+    mask: torch.Tensor | None = None,
+    *,
+    solver: str = "newton",
+    max_iter: int | None = None,
+    tol: float | None = None,
+    eta_max: float = 1e6,
+) -> ProjectionResult:
+    """Project ``new_logprobs`` onto the KL ball of radius ``kl_bound`` around ``old_logprobs``.
+
+    Args:
+        new_logprobs: ``(..., S)`` log-probs of the current policy π̃ over a support of size S (the full
+            vocabulary or a sparse union). Differentiable. Normalisation is only required up to a per-row
+            constant: the support is renormalised internally (a constant cancels, TROLL §1).
+        old_logprobs: ``(..., S)`` log-probs of the old policy, same shape and dtype. Must not require grad
+            (π_old is a constant of the update).
+        kl_bound: ε > 0, the trust-region radius.
+        mask: optional bool ``(..., S)``; False entries are not part of the support. Their values are ignored
+            and passed through to the output unchanged (with identity gradient). Rows without any True entry
+            are left unchanged.
+        solver: ``"newton"`` (safeguarded Newton in log w with bisection fallback, default) or
+            ``"bisection"`` (plain bisection in log η over [−8, log eta_max], the baseline).
+        max_iter: iteration cap; defaults to 30 for Newton and 24 for bisection.
+        tol: stopping tolerance on the Newton step in log w (ignored by bisection).
+        eta_max: largest admissible η; rows that still violate the bound there report it in ``kl_after``.
+
+    Returns:
+        A :class:`ProjectionResult`. Non-finite values in unmasked entries make the whole row NaN (output,
+        η and KLs); they are never turned into finite numbers.
+    """
+    _check_args(new_logprobs, old_logprobs, kl_bound, mask, solver, max_iter, tol, eta_max)
+    if max_iter is None:
+        max_iter = 30 if solver == "newton" else 24
+    out, eta, kl_before, kl_after, projected, iters = _KLProjection.apply(
+        new_logprobs, old_logprobs, mask, float(kl_bound), solver, int(max_iter), tol, float(eta_max)
+    )
+    return ProjectionResult(out, eta, kl_before, kl_after, projected, int(iters.item()))
+
+
+def _check_args(new, old, kl_bound, mask, solver, max_iter, tol, eta_max) -> None:
+    if not isinstance(new, torch.Tensor) or not isinstance(old, torch.Tensor):
+        raise ValueError("new_logprobs and old_logprobs must be torch.Tensors of shape (..., S).")
+    if new.shape != old.shape:
+        raise ValueError(
+            f"new_logprobs and old_logprobs must have the same shape, got {tuple(new.shape)} and "
+            f"{tuple(old.shape)}; gather both on the same support first."
+        )
+    if new.dim() < 1 or new.shape[-1] < 1:
+        raise ValueError(f"new_logprobs must have a non-empty last (support) dimension, got {tuple(new.shape)}.")
+    if not new.is_floating_point() or new.dtype != old.dtype:
+        raise ValueError(
+            f"new_logprobs and old_logprobs must share one floating dtype, got {new.dtype} and {old.dtype}; "
+            "cast old_logprobs with .to(new_logprobs.dtype)."
+        )
+    if old.requires_grad:
+        raise ValueError("old_logprobs must not require grad (π_old is a constant); pass old_logprobs.detach().")
+    if mask is not None:
+        if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool or mask.shape != new.shape:
+            raise ValueError(
+                f"mask must be a bool tensor of shape {tuple(new.shape)}, got "
+                f"{getattr(mask, 'dtype', type(mask))} {tuple(getattr(mask, 'shape', ()))}; use mask.bool()."
+            )
+    if isinstance(kl_bound, torch.Tensor):
+        if kl_bound.numel() != 1:
+            raise ValueError("kl_bound must be a positive scalar; per-row bounds are not supported.")
+        kl_bound = kl_bound.item()
+    if not isinstance(kl_bound, (int, float)) or not math.isfinite(kl_bound) or kl_bound <= 0:
+        raise ValueError(f"kl_bound must be a finite float > 0 (the paper uses 0.05), got {kl_bound!r}.")
+    if solver not in SOLVERS:
+        raise ValueError(f"solver must be one of {SOLVERS}, got {solver!r}.")
+    if max_iter is not None and (not isinstance(max_iter, int) or max_iter < 1):
+        raise ValueError(f"max_iter must be an int >= 1, got {max_iter!r}.")
+    if tol is not None and not (isinstance(tol, (int, float)) and tol > 0):
+        raise ValueError(f"tol must be a float > 0, got {tol!r}.")
+    if not (isinstance(eta_max, (int, float)) and math.isfinite(eta_max) and eta_max > 0):
+        raise ValueError(f"eta_max must be a finite float > 0, got {eta_max!r}.")
+
+
+def compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The internal compute dtype for an input dtype: fp64 stays fp64, everything else runs in fp32."""
+    # NOTE: at least fp32 internally; bf16/fp16 inputs are upcast, fp64 stays fp64 (gradcheck).
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def _prepare(new: torch.Tensor, old: torch.Tensor, mask: torch.Tensor | None):
+    """Flatten to rows, renormalise over the support and form s = log π̃ − log π_old.
+
+    Returns ``(ln, lo, s, valid, row_ok)`` with ``ln``, ``lo``: ``(R, S)`` normalised log-probs (−inf at masked
+    entries), ``s``: ``(R, S)`` with 0 at masked entries, ``valid``: ``(R, S)`` bool or None, ``row_ok``: ``(R,)``
+    rows that have a support and only finite values on it.
+    """
+    S = new.shape[-1]
+    cdt = compute_dtype(new.dtype)
+    ln = new.detach().reshape(-1, S).to(cdt)
+    lo = old.detach().reshape(-1, S).to(cdt)
+    if mask is not None:
+        valid = mask.reshape(-1, S)
+        finite = (torch.isfinite(ln) & torch.isfinite(lo)) | ~valid
+        row_ok = finite.all(-1) & valid.any(-1)
+        keep = valid & finite
+        ln = ln.masked_fill(~keep, -math.inf)
+        lo = lo.masked_fill(~keep, -math.inf)
+    else:
+        valid = None
+        row_ok = (torch.isfinite(ln) & torch.isfinite(lo)).all(-1)
+        if not bool(row_ok.all()):
+            ln = torch.where(row_ok[:, None], ln, 0.0)
+            lo = torch.where(row_ok[:, None], lo, 0.0)
+    ln = ln - torch.logsumexp(ln, dim=-1, keepdim=True).nan_to_num(neginf=0.0)
+    lo = lo - torch.logsumexp(lo, dim=-1, keepdim=True).nan_to_num(neginf=0.0)
+    s = ln - lo
+    if valid is not None:
+        s = s.nan_to_num(nan=0.0)  # −inf − (−inf) at masked entries
+    return ln, lo, s, valid, row_ok
+
+
+def _moments(w: torch.Tensor, s: torch.Tensor, lo: torch.Tensor, need_var: bool):
+    """KL(π_w ‖ π_old) and Var_{π_w}(s) for rows of ``s``, ``lo``: ``(R, S)``, ``w``: ``(R,)``.
+
+    TROLL §2: with x = log π_old + w·s, log Z = LSE(x), π_w = exp(x − log Z):
+        KL(π_w ‖ π_old) = w · E_w[s] − log Z(w),        dKL/dw = w · Var_w(s).
+    """
+    x = torch.addcmul(lo, s, w[:, None])
+    m = x.amax(dim=-1, keepdim=True)
+    e = torch.exp(x - m)
+    z = e.sum(dim=-1, keepdim=True)
+    p = e / z
+    es = (p * s).sum(dim=-1)
+    log_z = (m + torch.log(z)).squeeze(-1)
+    kl = w * es - log_z
+    if not need_var:
+        return kl, None
+    d = s - es[:, None]
+    var = (p * d * d).sum(dim=-1)
+    return kl, var
+
+
+def _solve_newton(s, lo, kl0, target, w_min, max_iter, tol):
+    """Safeguarded Newton on φ(u) = log KL(π_w ‖ π_old) − log ε_t in u = log w ∈ [log w_min, 0].
+
+    φ is increasing in u and close to linear (KL ≈ w² Var/2 near w = 0), so Newton converges in a handful of
+    passes; a step that leaves the current bracket [lo, hi] is replaced by bisection of the bracket.
+    dφ/du = w² Var_w(s) / KL.
+    """
+    log_t = math.log(target)
+    u_min = math.log(w_min)
+    # Initial guess from KL(w) ≈ KL(1) · w² (exact for a quadratic dual).
+    u = (0.5 * (log_t - torch.log(kl0))).clamp(u_min, 0.0)
+    lo_b = torch.full_like(u, u_min)
+    hi_b = torch.zeros_like(u)  # KL(1) = kl0 > target
+    tiny = torch.finfo(s.dtype).tiny
+    it = 0
+    for it in range(1, max_iter + 1):
+        w = torch.exp(u)
+        kl, var = _moments(w, s, lo, need_var=True)
+        kl = kl.clamp_min(tiny)
+        phi = torch.log(kl) - log_t
+        feas = phi <= 0
+        lo_b = torch.where(feas, u, lo_b)
+        hi_b = torch.where(feas, hi_b, u)
+        step = -phi * kl / (w * w * var).clamp_min(tiny)
+        u_new = u + step
+        # Closed bracket: a converged step lands on (or next to) a bracket end and must not trigger bisection.
+        # A KL far below the target is dominated by cancellation noise (KL = w·E[s] − log Z), so its Newton
+        # step is not trusted either.
+        outside = ~((u_new >= lo_b) & (u_new <= hi_b)) | (phi < _NEWTON_TRUST_PHI)  # also catches NaN
+        u_new = torch.where(outside, 0.5 * (lo_b + hi_b), u_new)
+        done = (((u_new - u).abs() <= tol) & (phi.abs() <= _PHI_CONVERGED)) | (hi_b - lo_b <= tol)
+        u = u_new
+        if bool(done.all()):
+            break
+    return u, it
+
+
+def _solve_bisection(s, lo, kl0, target, w_min, max_iter):
+    """Plain bisection on v = log η ∈ [−8, log η_max]; returns the feasible (large-η) end."""
+    a = torch.full_like(kl0, -8.0)  # infeasible side: small η
+    b = torch.full_like(kl0, math.log(1.0 / w_min - 1.0))
+    for _ in range(max_iter):
+        v = 0.5 * (a + b)
+        w = 1.0 / (1.0 + torch.exp(v))
+        kl, _ = _moments(w, s, lo, need_var=False)
+        feas = kl <= target
+        b = torch.where(feas, v, b)
+        a = torch.where(feas, a, v)
+    return torch.log(1.0 / (1.0 + torch.exp(b))), max_iter
+
+
+def _projected_rows(lo_p, s_p, w_p):
+    """log π_w for the projected rows: ``(P, S)`` (−inf at masked entries)."""
+    x = torch.addcmul(lo_p, s_p, w_p[:, None])
+    return x - torch.logsumexp(x, dim=-1, keepdim=True)
+
+
+class _KLProjection(torch.autograd.Function):
+    """Forward solves the projection; backward is the closed-form implicit gradient.
+
+    Derivation (TROLL §3). For a projected row let π = π_w* with w = 1/(1+η*), s = log π̃ − log π_old,
+    E and Var under π, and G = ∂L/∂log π. From log π_a = log π_old,a + w s_a − log Z(w):
+
+        d log π_a = w (ds_a − E[ds]) + (s_a − E[s]) dw.
+
+    The active constraint F(w, s) = KL(π_w ‖ π_old) − ε = 0 has
+        ∂F/∂w = w Var(s),      ∂F/∂s_a = w² π_a (s_a − E[s]),
+    so by the implicit function theorem  ∂w/∂s_a = −w π_a (s_a − E[s]) / Var(s)
+    (equivalently ∂η/∂s_a = (1+η) π_a (s_a − E[s]) / Var(s)). Contracting with G:
+
+        ∂L/∂s_a = w (G_a − π_a ΣG) − w c π_a (s_a − E[s]) / Var(s),     c = Σ_b G_b (s_b − E[s]).
+
+    ∂L/∂log π̃ = ∂L/∂s since π_old is constant. The expression sums to zero over the support, so it is also
+    the gradient with respect to unnormalised inputs (the internal renormalisation has Jacobian I − 1πᵀ).
+    Rows with η = 0 are returned unchanged: their Jacobian is the identity. Masked entries pass through.
+    """
+
+    @staticmethod
+    def forward(ctx, new, old, mask, kl_bound, solver, max_iter, tol, eta_max):
+        ln, lo, s, valid, row_ok = _prepare(new, old, mask)
+        cdt = ln.dtype
+        kl_before = (torch.exp(ln) * s).sum(-1)
+        projected = row_ok & (kl_before > kl_bound)
+        idx = projected.nonzero().squeeze(1)
+
+        out = new.detach().reshape(ln.shape).clone()
+        w_all = torch.ones_like(kl_before)
+        kl_after = kl_before.clone()
+        iters = 0
+        w_p = None
+        if idx.numel() > 0:
+            s_p, lo_p, kl0 = s[idx], lo[idx], kl_before[idx]
+            target = kl_bound * (1.0 - _TARGET_MARGIN[cdt])
+            w_min = 1.0 / (1.0 + eta_max)
+            if solver == "newton":
+                u, iters = _solve_newton(s_p, lo_p, kl0, target, w_min, max_iter, tol or _DEFAULT_TOL[cdt])
+            else:
+                u, iters = _solve_bisection(s_p, lo_p, kl0, target, w_min, max_iter)
+            w_p = torch.exp(u)
+            lp = _projected_rows(lo_p, s_p, w_p)
+            kl_after[idx] = (torch.exp(lp) * (lp - lo_p).nan_to_num(nan=0.0)).sum(-1)
+            if valid is not None:
+                lp = torch.where(valid[idx], lp, out[idx].to(cdt))
+            out[idx] = lp.to(out.dtype)
+            w_all[idx] = w_p
+
+        eta = 1.0 / w_all - 1.0
+        bad = ~row_ok
+        if valid is not None:
+            bad = bad & valid.any(-1)  # rows without support are legitimately unchanged
+        if bool(bad.any()):
+            out[bad] = math.nan
+            for t in (eta, kl_before, kl_after):
+                t[bad] = math.nan
+
+        ctx.save_for_backward(new, old, mask, idx, w_p if w_p is not None else torch.empty(0), bad)
+        ctx.has_mask = mask is not None
+        batch = new.shape[:-1]
+        outs = (
+            out.reshape(new.shape),
+            eta.reshape(batch),
+            kl_before.reshape(batch),
+            kl_after.reshape(batch),
+            projected.reshape(batch),
+            torch.tensor(iters),
+        )
+        ctx.mark_non_differentiable(*outs[1:])
+        return outs
+
+    @staticmethod
+    def backward(ctx, grad_out, *_):
+        new, old, mask, idx, w_p, bad = ctx.saved_tensors
+        if not ctx.needs_input_grad[0]:
+            return (None,) * 8
+        S = new.shape[-1]
+        g = grad_out.reshape(-1, S)
+        grad = g.clone()
+        if idx.numel() > 0:
+            sub_mask = mask.reshape(-1, S)[idx] if ctx.has_mask else None
+            ln, lo, s, valid, _ = _prepare(new.reshape(-1, S)[idx], old.reshape(-1, S)[idx], sub_mask)
+            cdt = ln.dtype
+            gp = g[idx].to(cdt)
+            if valid is not None:
+                gp_v = gp.masked_fill(~valid, 0.0)
+            else:
+                gp_v = gp
+            lp = _projected_rows(lo, s, w_p)
+            p = torch.exp(lp)  # 0 at masked entries
+            es = (p * s).sum(-1, keepdim=True)
+            d = (s - es) if valid is None else (s - es).masked_fill(~valid, 0.0)
+            var = (p * d * d).sum(-1, keepdim=True).clamp_min(torch.finfo(cdt).tiny)
+            c = (gp_v * d).sum(-1, keepdim=True)
+            w = w_p[:, None]
+            gs = w * (gp_v - p * gp_v.sum(-1, keepdim=True)) - w * c * p * d / var
+            if valid is not None:
+                gs = torch.where(valid, gs, gp)
+            grad[idx] = gs.to(grad.dtype)
+        if bool(bad.any()):
+            grad[bad] = math.nan
+        return grad.reshape(new.shape), None, None, None, None, None, None, None

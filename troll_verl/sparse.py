@@ -1,0 +1,565 @@
+# Copyright 2026 The troll-verl authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Sparse top-K token distributions for TROLL (arXiv:2510.03817, §5), computed lean from logits.
+
+Support rule (TROLL §5), applied to both the old and the current policy: keep the most likely tokens until
+their cumulative mass reaches ``1 − mass_delta``, at most ``topk`` of them. The projection then runs on
+
+    S = supp(π_old) ∪ supp(π̃) ∪ {o_t}          (the sampled token o_t is always included)
+
+plus one **tail bucket** holding the mass of every token outside S.
+
+Floor and tail treatment (our decision, documented in ``docs/troll.md``):
+- The current policy's log-probs on S are exact (gathered from its logits), whichever side put the token in S.
+- The old policy is known only on its stored top-K and at the sampled token (verl's ``old_log_probs``). A token
+  that only the current policy brought into S takes the paper's floor probability (default 1e-12) on the old
+  side.
+- NOTE: the paper drops the tail. Here the tail is an explicit category on both sides: ``log(1 − Σ_S π)``,
+  computed exactly from the logits (float64 accumulation) and **differentiable** for the current policy. So
+  KL(π̃ ‖ π_old) and the regression term KL(π̃ ‖ sg π) see mass that leaks out of S, and the gradient pulls it
+  back; a tail without gradient lets the network move mass outside S unpenalised (entropy blow-up). The
+  coarse-grained KL is a lower bound of the full-vocabulary KL (data-processing inequality) and exact when the
+  tails are empty. A tail below the floor is clamped to the floor, so every entry stays finite.
+
+Memory (the reason for the custom Functions): the forward pass streams over token chunks of the
+``(N, V)`` logits, computing max, ``exp``, the log-sum-exp, the top-K and the gathers per chunk; it saves only
+the logits tensor it was given (no log-softmax copy) plus ``O(N·S)`` small tensors. The backward pass writes
+``∂L/∂z = softmax(z) · c_row + sparse corrections`` chunk by chunk straight into the gradient buffer. The fused
+variant :func:`troll_sparse_from_hidden` never materialises the logits at all (it recomputes the LM head per
+chunk in backward).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import torch
+
+from .projection import compute_dtype
+
+__all__ = [
+    "OldTopK",
+    "SparseSupport",
+    "old_topk_from_logits",
+    "troll_sparse_from_logits",
+    "troll_sparse_from_hidden",
+    "mass_rule_mask",
+    "DEFAULT_CHUNK_BYTES",
+]
+
+# Auto chunk size: rows per chunk such that one fp32 (rows, V) temporary is about this large.
+DEFAULT_CHUNK_BYTES = 128 * 2**20
+_PRIO_SAMPLED, _PRIO_OLD, _PRIO_NEW, _PRIO_SHIFT = 0, 1, 2, 2  # sort key = id << 2 | priority
+
+
+class OldTopK(NamedTuple):
+    """The old policy's sparse distribution, as stored by the old-log-prob pass.
+
+    Attributes:
+        ids: ``(N, K)`` int32 vocabulary ids, sorted by probability, ``-1`` past the mass rule.
+        logprobs: ``(N, K)`` log-probs at ``ids`` (fp32, bf16 or fp16; values past the mass rule are ignored).
+        tail_logprob: ``(N,)`` fp32 log of the mass outside the stored ids (clamped to the floor).
+    """
+
+    ids: torch.Tensor
+    logprobs: torch.Tensor
+    tail_logprob: torch.Tensor
+
+
+class SparseSupport(NamedTuple):
+    """Both policies on the union support plus the tail bucket (last column), ready for :func:`project`.
+
+    Attributes:
+        new_logprobs: ``(..., S + 1)`` fp32 log-probs of the current policy; differentiable w.r.t. the logits.
+        old_logprobs: ``(..., S + 1)`` fp32 log-probs of the old policy (floor where unknown).
+        mask: ``(..., S + 1)`` bool, False at padding slots of rows whose union is smaller than S.
+        ids: ``(..., S)`` int64 vocabulary ids of the union (sorted; ``-1`` at padding slots).
+        sampled_index: ``(...)`` int64 position of the sampled token within the support.
+    """
+
+    new_logprobs: torch.Tensor
+    old_logprobs: torch.Tensor
+    mask: torch.Tensor
+    ids: torch.Tensor
+    sampled_index: torch.Tensor
+
+    def reshape(self, *batch: int) -> SparseSupport:
+        """View every field with leading dims ``batch`` instead of ``(N,)``."""
+        return SparseSupport(
+            self.new_logprobs.reshape(*batch, -1),
+            self.old_logprobs.reshape(*batch, -1),
+            self.mask.reshape(*batch, -1),
+            self.ids.reshape(*batch, -1),
+            self.sampled_index.reshape(*batch),
+        )
+
+
+# ----------------------------------------------------------------------------------------------------------
+# argument checks
+# ----------------------------------------------------------------------------------------------------------
+def _check_support_args(topk: int, mass_delta: float, floor: float | None = None) -> None:
+    if not isinstance(topk, int) or isinstance(topk, bool) or topk < 1:
+        raise ValueError(f"topk must be an int >= 1 (the paper uses 64), got {topk!r}.")
+    if not isinstance(mass_delta, (int, float)) or not (0.0 < mass_delta < 1.0):
+        raise ValueError(f"mass_delta must lie in (0, 1) (the paper uses 1e-5), got {mass_delta!r}.")
+    if floor is not None and (not isinstance(floor, (int, float)) or not (0.0 < floor < 1.0)):
+        raise ValueError(f"floor must lie in (0, 1) (the paper uses 1e-12), got {floor!r}.")
+
+
+def _check_logits(name: str, logits: torch.Tensor) -> None:
+    if not isinstance(logits, torch.Tensor) or logits.dim() != 2 or not logits.is_floating_point():
+        raise ValueError(
+            f"{name} must be a floating (N, V) tensor, got {getattr(logits, 'shape', type(logits))}; "
+            "flatten batch and sequence dims first."
+        )
+
+
+def _chunk_rows(n_rows: int, vocab: int, chunk_size: int | None) -> int:
+    if chunk_size is not None:
+        if not isinstance(chunk_size, int) or chunk_size < 1:
+            raise ValueError(f"chunk_size must be a positive int (tokens per chunk) or None, got {chunk_size!r}.")
+        return chunk_size
+    return max(1, min(n_rows, DEFAULT_CHUNK_BYTES // (4 * max(vocab, 1))))
+
+
+# ----------------------------------------------------------------------------------------------------------
+# per-chunk building blocks
+# ----------------------------------------------------------------------------------------------------------
+def mass_rule_mask(sorted_logprobs: torch.Tensor, mass_delta: float) -> torch.Tensor:
+    """Keep the top tokens until their cumulative mass reaches ``1 − mass_delta`` (TROLL §5).
+
+    Args:
+        sorted_logprobs: ``(..., K)`` log-probs sorted in descending order (normalised over the vocabulary).
+        mass_delta: δ in (0, 1).
+
+    Returns:
+        ``(..., K)`` bool: entry j is kept iff the mass of the entries before it is below ``1 − δ``. The first
+        entry is always kept; the cap at K is the tensor's width.
+    """
+    p = sorted_logprobs.to(compute_dtype(sorted_logprobs.dtype)).exp()
+    before = torch.cumsum(p, dim=-1) - p
+    keep = before < (1.0 - mass_delta)
+    keep[..., 0] = True
+    return keep
+
+
+def _chunk_stats(z: torch.Tensor, k: int):
+    """Log-sum-exp and top-k of one ``(c, V)`` chunk in the compute dtype.
+
+    Returns ``(lse (c,), m (c, 1) row max, sum64 (c,) = Σ exp(z − m) in float64, topv (c, k), topi (c, k))``.
+    """
+    m = z.amax(dim=-1, keepdim=True)
+    e = torch.sub(z, m)
+    e.exp_()
+    # float64 accumulation keeps the tail (1 − Σ_S π) exact to ~1e-16 relative of the total.
+    sum64 = e.sum(dim=-1, dtype=torch.float64)
+    del e
+    lse = m.squeeze(-1) + torch.log(sum64).to(z.dtype)
+    topv, topi = torch.topk(z, k, dim=-1, sorted=True)
+    return lse, m, sum64, topv, topi
+
+
+def _union(
+    old_ids: torch.Tensor,
+    old_lp: torch.Tensor,
+    new_ids: torch.Tensor,
+    new_keep: torch.Tensor,
+    sampled: torch.Tensor,
+    sampled_old_lp: torch.Tensor,
+    log_floor: float,
+    dtype: torch.dtype,
+):
+    """Union of the old support, the new support and the sampled token, sorted by vocabulary id.
+
+    Args:
+        old_ids: ``(c, Ko)`` int, ``-1`` at invalid slots. old_lp: ``(c, Ko)`` their old log-probs.
+        new_ids: ``(c, Kn)`` int64 current top-k ids; new_keep: ``(c, Kn)`` bool mass-rule mask.
+        sampled: ``(c,)`` int64 sampled ids; sampled_old_lp: ``(c,)`` their old log-probs (exact).
+        log_floor: log of the floor probability for tokens the old policy did not store.
+        dtype: dtype of the returned old log-probs.
+
+    Returns:
+        ``ids (c, C)`` int64 (``-1`` at padding, valid entries first), ``old (c, C)`` old log-probs (floor where
+        only the current policy knows the token), ``valid (c, C)`` bool and ``count (c,)``, with
+        ``C = Ko + Kn + 1``. Duplicates keep the old value of the most trusted source: sampled > old top-K.
+    """
+    c = sampled.shape[0]
+    dev = sampled.device
+    cand = torch.cat([old_ids.long(), torch.where(new_keep, new_ids, -1), sampled[:, None]], dim=1)
+    cand_old = torch.cat(
+        [old_lp.to(dtype), torch.full_like(new_ids, log_floor, dtype=dtype), sampled_old_lp.to(dtype)[:, None]],
+        dim=1,
+    )
+    prio = torch.cat(
+        [
+            torch.full_like(old_ids, _PRIO_OLD, dtype=torch.long),
+            torch.full_like(new_ids, _PRIO_NEW),
+            torch.full((c, 1), _PRIO_SAMPLED, dtype=torch.long, device=dev),
+        ],
+        dim=1,
+    )
+    big = torch.iinfo(torch.long).max
+    key = torch.where(cand >= 0, (cand << _PRIO_SHIFT) | prio, big)
+    key, order = key.sort(dim=-1)
+    sid = torch.where(key == big, -1, key >> _PRIO_SHIFT)
+    first = sid >= 0
+    first[:, 1:] &= sid[:, 1:] != sid[:, :-1]
+    s_old = cand_old.gather(1, order)
+    # Compact the first occurrence of every id to the left (positions 0..count-1), padding to the right.
+    C = cand.shape[1]
+    pos = torch.where(first, first.long().cumsum(-1) - 1, C)
+    ids = torch.full((c, C + 1), -1, dtype=torch.long, device=dev).scatter_(1, pos, sid)[:, :C]
+    old = torch.full((c, C + 1), log_floor, dtype=dtype, device=dev).scatter_(1, pos, s_old)[:, :C]
+    count = first.sum(-1)
+    valid = torch.arange(C, device=dev)[None, :] < count[:, None]
+    return ids, old, valid, count
+
+
+def _safe_ids(ids: torch.Tensor, valid: torch.Tensor, sampled: torch.Tensor) -> torch.Tensor:
+    """Ids usable for gather/scatter: padding slots point at the (always valid) sampled token."""
+    return torch.where(valid, ids, sampled[:, None])
+
+
+# ----------------------------------------------------------------------------------------------------------
+# the old policy's sparse distribution (old-log-prob pass; no gradient)
+# ----------------------------------------------------------------------------------------------------------
+def _tail_logprob(sum64: torch.Tensor, kept64: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """log((Σ_all − Σ_S) / Σ_all) from float64 sums of ``exp(z − m)``; −inf for an empty tail."""
+    return torch.log(((sum64 - kept64) / sum64).clamp_min(0.0)).to(dtype)
+
+
+@torch.no_grad()
+def old_topk_from_logits(
+    logits: torch.Tensor,
+    topk: int = 64,
+    mass_delta: float = 1e-5,
+    floor: float = 1e-12,
+    value_dtype: torch.dtype = torch.float32,
+    chunk_size: int | None = None,
+) -> OldTopK:
+    """The old policy's top-K (mass rule) ids, log-probs and tail mass, streamed over token chunks.
+
+    Args:
+        logits: ``(N, V)`` logits of the old policy (temperature already applied).
+        topk, mass_delta, floor: the support rule and the floor probability (TROLL §5).
+        value_dtype: dtype to store the log-probs in (fp32, bf16 or fp16).
+        chunk_size: tokens per chunk; None picks ~128 MiB chunks. Only affects memory, not results.
+
+    Returns:
+        :class:`OldTopK` with ``ids (N, K)`` int32, ``logprobs (N, K)`` and ``tail_logprob (N,)`` (fp32, or
+        fp64 for fp64 logits), where ``K = min(topk, V)``.
+    """
+    _check_logits("logits", logits)
+    _check_support_args(topk, mass_delta, floor)
+    N, V = logits.shape
+    k = min(topk, V)
+    log_floor = math.log(floor)
+    cdt = compute_dtype(logits.dtype)
+    ids = torch.empty((N, k), dtype=torch.int32, device=logits.device)
+    lps = torch.empty((N, k), dtype=value_dtype, device=logits.device)
+    tail = torch.empty((N,), dtype=cdt, device=logits.device)
+    step = _chunk_rows(N, V, chunk_size)
+    for r0 in range(0, N, step):
+        r1 = min(r0 + step, N)
+        z = logits[r0:r1].to(cdt)
+        lse, m, sum64, topv, topi = _chunk_stats(z, k)
+        lp = topv - lse[:, None]
+        keep = mass_rule_mask(lp, mass_delta)
+        kept64 = torch.where(keep, torch.exp(topv - m), 0.0).double().sum(-1)
+        tail[r0:r1] = _tail_logprob(sum64, kept64, cdt).clamp_min(log_floor)
+        ids[r0:r1] = torch.where(keep, topi, -1).int()
+        lps[r0:r1] = torch.where(keep, lp, log_floor).to(value_dtype)
+    return OldTopK(ids, lps, tail)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# the current policy on the union support (update pass; differentiable, memory-lean)
+# ----------------------------------------------------------------------------------------------------------
+def _forward_chunk(z, k, mass_delta, log_floor, old_ids, old_lp, sampled, sampled_old_lp):
+    """Everything the forward pass needs from one ``(c, V)`` chunk of the current logits (compute dtype)."""
+    lse, m, sum64, topv, topi = _chunk_stats(z, k)
+    keep = mass_rule_mask(topv - lse[:, None], mass_delta)
+    ids, old, valid, count = _union(old_ids, old_lp, topi, keep, sampled, sampled_old_lp, log_floor, z.dtype)
+    safe = _safe_ids(ids, valid, sampled)
+    zs = z.gather(1, safe)
+    new = torch.where(valid, zs - lse[:, None], 0.0)
+    kept64 = torch.where(valid, torch.exp(zs - m), 0.0).double().sum(-1)
+    return lse, ids, old, valid, count, new, _tail_logprob(sum64, kept64, z.dtype)
+
+
+def _sparse_forward(chunk_logits, N, k, mass_delta, log_floor, old_ids, old_lp, sampled, sampled_old_lp, step, cdt):
+    """Stream :func:`_forward_chunk` over token chunks; ``chunk_logits(r0, r1)`` yields ``(c, V)`` logits."""
+    dev = sampled.device
+    C = old_ids.shape[1] + k + 1
+    bufs = (
+        torch.empty(N, dtype=cdt, device=dev),  # lse
+        torch.empty((N, C), dtype=torch.long, device=dev),  # ids
+        torch.empty((N, C), dtype=cdt, device=dev),  # old
+        torch.empty((N, C), dtype=torch.bool, device=dev),  # valid
+        torch.zeros(N, dtype=torch.long, device=dev),  # count
+        torch.empty((N, C), dtype=cdt, device=dev),  # new
+        torch.empty(N, dtype=cdt, device=dev),  # tail_raw
+    )
+    for r0 in range(0, N, step):
+        r1 = min(r0 + step, N)
+        out = _forward_chunk(
+            chunk_logits(r0, r1), k, mass_delta, log_floor,
+            old_ids[r0:r1], old_lp[r0:r1], sampled[r0:r1], sampled_old_lp[r0:r1],
+        )  # fmt: skip
+        for buf, val in zip(bufs, out, strict=True):
+            buf[r0:r1] = val
+    lse, ids, old, valid, count, new, tail_raw = bufs
+    width = max(int(count.max().item()) if N > 0 else 1, 1)
+    return lse, ids[:, :width], old[:, :width], valid[:, :width], new[:, :width], tail_raw
+
+
+def _grad_chunk(z, lse, safe, valid, g_new, g_tail_eff, tail_raw, new_lp, out=None):
+    """∂L/∂z for one chunk, written into ``out`` if given (derivation in :class:`_SparseFromLogits`)."""
+    tiny = torch.finfo(z.dtype).tiny
+    g_over_tail = torch.where(g_tail_eff != 0, g_tail_eff / torch.exp(tail_raw).clamp_min(tiny), 0.0)
+    g_new = torch.where(valid, g_new, 0.0)
+    coef = g_over_tail - g_new.sum(-1) - g_tail_eff
+    grad = torch.sub(z, lse[:, None], out=out)
+    grad.exp_()
+    grad.mul_(coef[:, None])
+    corr = g_new - torch.exp(new_lp) * g_over_tail[:, None]
+    grad.scatter_add_(1, safe, torch.where(valid, corr, 0.0).to(grad.dtype))
+    return grad
+
+
+def _sparse_backward(chunk_logits, consume, N, step, saved, g_new, g_tail, log_floor):
+    """Stream :func:`_grad_chunk` over token chunks; ``consume(slice, grad_chunk)`` takes each result."""
+    lse, ids, valid, new, tail_raw, sampled = saved
+    cdt = new.dtype
+    g_new = torch.zeros_like(new) if g_new is None else g_new.to(cdt)
+    g_tail = torch.zeros_like(tail_raw) if g_tail is None else g_tail.to(cdt)
+    g_tail_eff = torch.where(tail_raw > log_floor, g_tail, 0.0)  # the floor clamp has no gradient
+    safe = _safe_ids(ids, valid, sampled)
+    for r0 in range(0, N, step):
+        sl = slice(r0, min(r0 + step, N))
+        consume(sl, chunk_logits(sl), lse[sl], safe[sl], valid[sl], g_new[sl], g_tail_eff[sl], tail_raw[sl], new[sl])
+
+
+class _SparseFromLogits(torch.autograd.Function):
+    """Gather the current policy's log-probs on the union support and its tail, lean in memory.
+
+    Forward outputs ``new_lp (N, S)`` = z_a − LSE(z) on the support and ``tail (N,)`` = log Σ_{b∉S} softmax(z)_b.
+    With upstream gradients g (support) and g_t (tail), π = softmax(z) and π_t the tail mass:
+
+        tail = LSE_{b∉S}(z) − LSE(z)  ⇒  ∂tail/∂z_b = 1[b ∉ S] π_b / π_t − π_b,
+        ∂L/∂z_b = π_b · (g_t / π_t − Σ_S g − g_t)  +  1[b ∈ S] · (g_b − π_b · g_t / π_t).
+
+    The first term is dense but only needs z and LSE (recomputed per chunk); the second is a sparse scatter.
+    Only ``logits`` (the caller's tensor, no copy) and ``O(N·S)`` tensors are saved for backward.
+    """
+
+    @staticmethod
+    def forward(ctx, logits, old_ids, old_lp, sampled, sampled_old_lp, k, mass_delta, log_floor, step):
+        cdt = compute_dtype(logits.dtype)
+        lse, ids, old, valid, new, tail_raw = _sparse_forward(
+            lambda r0, r1: logits[r0:r1].to(cdt), logits.shape[0], k, mass_delta, log_floor,
+            old_ids, old_lp, sampled, sampled_old_lp, step, cdt,
+        )  # fmt: skip
+        ctx.save_for_backward(logits, lse, ids, valid, new, tail_raw, sampled)
+        ctx.log_floor, ctx.step = log_floor, step
+        ctx.mark_non_differentiable(ids, old, valid)
+        return new, tail_raw.clamp_min(log_floor), ids, old, valid
+
+    @staticmethod
+    def backward(ctx, g_new, g_tail, *_):
+        logits, *saved = ctx.saved_tensors
+        if not ctx.needs_input_grad[0]:
+            return (None,) * 9
+        grad = torch.empty_like(logits)
+        cdt = compute_dtype(logits.dtype)
+        direct = grad.dtype == cdt  # write straight into the gradient buffer, no chunk temporary
+
+        def consume(sl, *args):
+            g = _grad_chunk(*args, out=grad[sl] if direct else None)
+            if not direct:
+                grad[sl] = g
+
+        _sparse_backward(
+            lambda sl: logits[sl].to(cdt), consume, logits.shape[0], ctx.step, saved, g_new, g_tail, ctx.log_floor
+        )
+        return grad, None, None, None, None, None, None, None, None
+
+
+class _SparseFromHidden(torch.autograd.Function):
+    """Fused LM head + :class:`_SparseFromLogits`: logits exist one chunk at a time, forward and backward.
+
+    z = (h Wᵀ) / T per chunk. Backward recomputes the chunk's logits, forms ∂L/∂z exactly as in
+    :class:`_SparseFromLogits` and contracts it at once: ∂L/∂h = (∂L/∂z) W / T, ∂L/∂W += (∂L/∂z)ᵀ h / T.
+    It costs one extra LM-head matmul in backward and saves no ``(N, V)`` buffer.
+    """
+
+    @staticmethod
+    def forward(ctx, hidden, weight, old_ids, old_lp, sampled, sampled_old_lp, k, mass_delta, log_floor, step, inv_t):
+        cdt = compute_dtype(hidden.dtype)
+
+        def chunk_logits(r0, r1):
+            return (hidden[r0:r1] @ weight.t()).to(cdt).mul_(inv_t)
+
+        lse, ids, old, valid, new, tail_raw = _sparse_forward(
+            chunk_logits, hidden.shape[0], k, mass_delta, log_floor, old_ids, old_lp, sampled, sampled_old_lp,
+            step, cdt,
+        )  # fmt: skip
+        ctx.save_for_backward(hidden, weight, lse, ids, valid, new, tail_raw, sampled)
+        ctx.log_floor, ctx.step, ctx.inv_t = log_floor, step, inv_t
+        ctx.mark_non_differentiable(ids, old, valid)
+        return new, tail_raw.clamp_min(log_floor), ids, old, valid
+
+    @staticmethod
+    def backward(ctx, g_new, g_tail, *_):
+        hidden, weight, *saved = ctx.saved_tensors
+        need_h, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+        cdt = compute_dtype(hidden.dtype)
+        grad_h = torch.empty_like(hidden) if need_h else None
+        # NOTE: ∂L/∂W is accumulated in (at least) fp32 across chunks; bf16 accumulation would lose precision.
+        grad_w = torch.zeros(weight.shape, dtype=cdt, device=weight.device) if need_w else None
+
+        def consume(sl, *args):
+            gz = _grad_chunk(*args).mul_(ctx.inv_t)
+            if need_h:
+                grad_h[sl] = gz.to(weight.dtype) @ weight
+            if need_w:
+                grad_w.addmm_(gz.t(), hidden[sl].to(cdt))
+
+        _sparse_backward(
+            lambda sl: (hidden[sl] @ weight.t()).to(cdt).mul_(ctx.inv_t), consume, hidden.shape[0], ctx.step,
+            saved, g_new, g_tail, ctx.log_floor,
+        )  # fmt: skip
+        grad_w = grad_w.to(weight.dtype) if need_w else None
+        return grad_h, grad_w, None, None, None, None, None, None, None, None, None
+
+
+def _assemble(new, tail, ids, old_u, valid, old: OldTopK, sampled, sampled_old_lp, floor) -> SparseSupport:
+    """Append the tail bucket as the last column and locate the sampled token.
+
+    The old tail stored by the old pass is the mass outside the *old* support. Tokens the union adds on the old
+    side (the sampled token if it was not stored, floor entries) are moved out of it so the old distribution
+    over S + 1 still sums to one.
+    """
+    cdt = new.dtype
+    n_old = (old.ids >= 0).sum(-1)
+    in_old = (old.ids.long() == sampled[:, None]).any(-1)
+    n_floor = valid.sum(-1) - n_old - (~in_old).long()
+    extra = torch.where(in_old, 0.0, sampled_old_lp.double().exp()) + n_floor.double() * floor
+    old_tail = torch.log((old.tail_logprob.double().exp() - extra).clamp_min(floor)).to(cdt)
+    ones = torch.ones((new.shape[0], 1), dtype=torch.bool, device=new.device)
+    return SparseSupport(
+        new_logprobs=torch.cat([new, tail[:, None]], dim=1),
+        old_logprobs=torch.cat([old_u, old_tail[:, None]], dim=1),
+        mask=torch.cat([valid, ones], dim=1),
+        ids=torch.where(valid, ids, -1),
+        sampled_index=(ids == sampled[:, None]).long().argmax(-1),
+    )
+
+
+def _check_sparse_inputs(n_rows: int, sampled: torch.Tensor, old: OldTopK, sampled_old_lp: torch.Tensor) -> None:
+    if sampled.shape != (n_rows,) or sampled_old_lp.shape != (n_rows,):
+        raise ValueError(
+            f"sampled_ids and old_sampled_logprob must have shape ({n_rows},) (one per token), got "
+            f"{tuple(sampled.shape)} and {tuple(sampled_old_lp.shape)}."
+        )
+    if old.ids.shape[0] != n_rows or old.logprobs.shape != old.ids.shape or old.tail_logprob.shape != (n_rows,):
+        raise ValueError(
+            f"old top-K tensors must be ids/logprobs ({n_rows}, K) and tail_logprob ({n_rows},), got "
+            f"{tuple(old.ids.shape)}, {tuple(old.logprobs.shape)}, {tuple(old.tail_logprob.shape)}."
+        )
+
+
+def troll_sparse_from_logits(
+    logits: torch.Tensor,
+    sampled_ids: torch.Tensor,
+    old: OldTopK,
+    old_sampled_logprob: torch.Tensor,
+    *,
+    topk: int = 64,
+    mass_delta: float = 1e-5,
+    floor: float = 1e-12,
+    chunk_size: int | None = None,
+) -> SparseSupport:
+    """Both policies on ``supp(π_old) ∪ supp(π̃) ∪ {o_t}`` plus the tail bucket, from the current logits.
+
+    Args:
+        logits: ``(N, V)`` current logits (temperature applied), any float dtype; the gradient flows back here.
+        sampled_ids: ``(N,)`` int sampled token ids o_t.
+        old: the old policy's :class:`OldTopK` for the same N tokens.
+        old_sampled_logprob: ``(N,)`` old log-prob of o_t (verl's ``old_log_probs``), exact.
+        topk, mass_delta, floor: the support rule and floor (TROLL §5).
+        chunk_size: tokens per chunk; None picks ~128 MiB fp32 chunks. Only affects memory, not results.
+
+    Returns:
+        :class:`SparseSupport` with ``(N, S + 1)`` fields (fp32, fp64 for fp64 logits), S the largest union
+        size in the batch.
+    """
+    _check_logits("logits", logits)
+    _check_support_args(topk, mass_delta, floor)
+    N, V = logits.shape
+    sampled = sampled_ids.long()
+    _check_sparse_inputs(N, sampled, old, old_sampled_logprob)
+    log_floor = math.log(floor)
+    step = _chunk_rows(N, V, chunk_size)
+    new, tail, ids, old_u, valid = _SparseFromLogits.apply(
+        logits, old.ids, old.logprobs, sampled, old_sampled_logprob.detach(), min(topk, V), mass_delta, log_floor,
+        step,
+    )  # fmt: skip
+    return _assemble(new, tail, ids, old_u, valid, old, sampled, old_sampled_logprob.detach(), floor)
+
+
+def troll_sparse_from_hidden(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    sampled_ids: torch.Tensor,
+    old: OldTopK,
+    old_sampled_logprob: torch.Tensor,
+    *,
+    temperature: float = 1.0,
+    topk: int = 64,
+    mass_delta: float = 1e-5,
+    floor: float = 1e-12,
+    chunk_size: int | None = None,
+) -> SparseSupport:
+    """Like :func:`troll_sparse_from_logits`, but from hidden states and the LM-head weight (fused head).
+
+    Args:
+        hidden: ``(N, H)`` final hidden states. weight: ``(V, H)`` LM-head weight (no bias), same dtype.
+        temperature: logits are ``hidden @ weight.T / temperature``.
+        Other arguments as in :func:`troll_sparse_from_logits`.
+
+    Returns:
+        :class:`SparseSupport`; gradients flow to ``hidden`` and ``weight``.
+    """
+    if hidden.dim() != 2 or weight.dim() != 2 or hidden.shape[1] != weight.shape[1]:
+        raise ValueError(
+            f"hidden must be (N, H) and weight (V, H) with the same H, got {tuple(hidden.shape)} and "
+            f"{tuple(weight.shape)}."
+        )
+    if hidden.dtype != weight.dtype or not hidden.is_floating_point():
+        raise ValueError(f"hidden and weight must share one floating dtype, got {hidden.dtype} and {weight.dtype}.")
+    if not (isinstance(temperature, (int, float)) and temperature > 0):
+        raise ValueError(f"temperature must be > 0, got {temperature!r}.")
+    _check_support_args(topk, mass_delta, floor)
+    N, V = hidden.shape[0], weight.shape[0]
+    sampled = sampled_ids.long()
+    _check_sparse_inputs(N, sampled, old, old_sampled_logprob)
+    log_floor = math.log(floor)
+    step = _chunk_rows(N, V, chunk_size)
+    new, tail, ids, old_u, valid = _SparseFromHidden.apply(
+        hidden, weight, old.ids, old.logprobs, sampled, old_sampled_logprob.detach(), min(topk, V), mass_delta,
+        log_floor, step, 1.0 / float(temperature),
+    )  # fmt: skip
+    return _assemble(new, tail, ids, old_u, valid, old, sampled, old_sampled_logprob.detach(), floor)
