@@ -36,14 +36,17 @@ import math
 from typing import NamedTuple
 
 import torch
+from torch.autograd.function import once_differentiable
 
 __all__ = ["ProjectionResult", "project", "compute_dtype", "SOLVERS"]
 
 SOLVERS = ("newton", "bisection")
 
-# Relative safety margin on the bound: the solver aims at ε·(1 − margin) so that the KL recomputed from the
-# returned (rounded) log-probs stays ≤ ε. fp32 evaluation noise of the KL is ~1e-7 absolute.
+# Safety margin on the bound: the solver aims at ε·(1 − margin) − _MARGIN_ULPS·M·eps(dtype) per row, M the
+# largest |log-prob| on the row's support, so that the KL recomputed from the returned (rounded) log-probs
+# stays ≤ ε. Rounding a log-prob of magnitude M moves the KL by up to ~M·eps(dtype) (absolute).
 _TARGET_MARGIN = {torch.float32: 2e-5, torch.float64: 1e-10}
+_MARGIN_ULPS = 4.0
 # Step tolerance on u = log w at which Newton stops; the final step is still applied, so the achieved
 # accuracy is quadratic in this number.
 _DEFAULT_TOL = {torch.float32: 1e-4, torch.float64: 1e-8}
@@ -214,6 +217,15 @@ def _moments(w: torch.Tensor, s: torch.Tensor, lo: torch.Tensor, need_var: bool)
     return kl, var
 
 
+def _row_target(kl_bound: float, ln: torch.Tensor, lo: torch.Tensor, cdt: torch.dtype) -> torch.Tensor:
+    """Per-row solver target ``(P,)``: ε minus a relative margin and a rounding margin (see _MARGIN_ULPS)."""
+    mag = torch.maximum(ln.abs().nan_to_num(posinf=0.0).amax(-1), lo.abs().nan_to_num(posinf=0.0).amax(-1))
+    rounding = _MARGIN_ULPS * torch.finfo(cdt).eps * mag
+    # NOTE: beyond |log p| ~ 1e4 in fp32 the rounding margin would eat half the ball; we stop there and the
+    # (then possible) excess shows in kl_after.
+    return (kl_bound * (1.0 - _TARGET_MARGIN[cdt]) - rounding).clamp_min(0.5 * kl_bound)
+
+
 def _solve_newton(s, lo, kl0, target, w_min, max_iter, tol):
     """Safeguarded Newton on φ(u) = log KL(π_w ‖ π_old) − log ε_t in u = log w ∈ [log w_min, 0].
 
@@ -221,7 +233,7 @@ def _solve_newton(s, lo, kl0, target, w_min, max_iter, tol):
     passes; a step that leaves the current bracket [lo, hi] is replaced by bisection of the bracket.
     dφ/du = w² Var_w(s) / KL.
     """
-    log_t = math.log(target)
+    log_t = torch.log(target)
     u_min = math.log(w_min)
     # Initial guess from KL(w) ≈ KL(1) · w² (exact for a quadratic dual).
     u = (0.5 * (log_t - torch.log(kl0))).clamp(u_min, 0.0)
@@ -306,7 +318,7 @@ class _KLProjection(torch.autograd.Function):
         w_p = None
         if idx.numel() > 0:
             s_p, lo_p, kl0 = s[idx], lo[idx], kl_before[idx]
-            target = kl_bound * (1.0 - _TARGET_MARGIN[cdt])
+            target = _row_target(kl_bound, ln[idx], lo_p, cdt)
             w_min = 1.0 / (1.0 + eta_max)
             if solver == "newton":
                 u, iters = _solve_newton(s_p, lo_p, kl0, target, w_min, max_iter, tol or _DEFAULT_TOL[cdt])
@@ -344,6 +356,7 @@ class _KLProjection(torch.autograd.Function):
         return outs
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, grad_out, *_):
         new, old, mask, idx, w_p, bad = ctx.saved_tensors
         if not ctx.needs_input_grad[0]:
