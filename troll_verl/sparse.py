@@ -46,6 +46,7 @@ import math
 from typing import NamedTuple
 
 import torch
+from torch.autograd.function import once_differentiable
 
 from .projection import compute_dtype
 
@@ -97,11 +98,12 @@ class SparseSupport(NamedTuple):
 
     def reshape(self, *batch: int) -> SparseSupport:
         """View every field with leading dims ``batch`` instead of ``(N,)``."""
+        width, n_ids = self.new_logprobs.shape[-1], self.ids.shape[-1]
         return SparseSupport(
-            self.new_logprobs.reshape(*batch, -1),
-            self.old_logprobs.reshape(*batch, -1),
-            self.mask.reshape(*batch, -1),
-            self.ids.reshape(*batch, -1),
+            self.new_logprobs.reshape(*batch, width),
+            self.old_logprobs.reshape(*batch, width),
+            self.mask.reshape(*batch, width),
+            self.ids.reshape(*batch, n_ids),
             self.sampled_index.reshape(*batch),
         )
 
@@ -378,6 +380,7 @@ class _SparseFromLogits(torch.autograd.Function):
         return new, tail_raw.clamp_min(log_floor), ids, old, valid
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, g_new, g_tail, *_):
         logits, *saved = ctx.saved_tensors
         if not ctx.needs_input_grad[0]:
@@ -422,6 +425,7 @@ class _SparseFromHidden(torch.autograd.Function):
         return new, tail_raw.clamp_min(log_floor), ids, old, valid
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, g_new, g_tail, *_):
         hidden, weight, *saved = ctx.saved_tensors
         need_h, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
