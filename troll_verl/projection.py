@@ -167,66 +167,90 @@ def compute_dtype(dtype: torch.dtype) -> torch.dtype:
 def _prepare(new: torch.Tensor, old: torch.Tensor, mask: torch.Tensor | None):
     """Flatten to rows, renormalise over the support and form s = log π̃ − log π_old.
 
-    Returns ``(ln, lo, s, valid, row_ok)`` with ``ln``, ``lo``: ``(R, S)`` normalised log-probs (−inf at masked
-    entries), ``s``: ``(R, S)`` with 0 at masked entries, ``valid``: ``(R, S)`` bool or None, ``row_ok``: ``(R,)``
-    rows that have a support and only finite values on it.
+    Returns ``(lo, s, kl0, valid, row_ok)`` with ``lo``: ``(R, S)`` normalised old log-probs (−inf at masked
+    entries), ``s``: ``(R, S)`` normalised log-ratio (0 at masked entries), ``kl0``: ``(R,)`` KL(π̃ ‖ π_old),
+    ``valid``: ``(R, S)`` bool or None, ``row_ok``: ``(R,)`` rows with a support and only finite values on it.
+    A non-finite value on the support makes ``kl0`` non-finite (NaN propagates, ±inf yields inf or 0·inf),
+    which is how such rows are detected without extra passes.
     """
     S = new.shape[-1]
     cdt = compute_dtype(new.dtype)
     ln = new.detach().reshape(-1, S).to(cdt)
     lo = old.detach().reshape(-1, S).to(cdt)
+    valid = None
     if mask is not None:
         valid = mask.reshape(-1, S)
-        finite = (torch.isfinite(ln) & torch.isfinite(lo)) | ~valid
-        row_ok = finite.all(-1) & valid.any(-1)
-        keep = valid & finite
-        ln = ln.masked_fill(~keep, -math.inf)
-        lo = lo.masked_fill(~keep, -math.inf)
-    else:
-        valid = None
-        row_ok = (torch.isfinite(ln) & torch.isfinite(lo)).all(-1)
-        if not bool(row_ok.all()):
-            ln = torch.where(row_ok[:, None], ln, 0.0)
-            lo = torch.where(row_ok[:, None], lo, 0.0)
-    ln = ln - torch.logsumexp(ln, dim=-1, keepdim=True).nan_to_num(neginf=0.0)
-    lo = lo - torch.logsumexp(lo, dim=-1, keepdim=True).nan_to_num(neginf=0.0)
-    s = ln - lo
+        ln = ln.masked_fill(~valid, -math.inf)
+        lo = lo.masked_fill(~valid, -math.inf)
+    # log-sum-exp of the new side by hand, so that exp(ln − m) also yields π̃ for KL(π̃ ‖ π_old) (one exp pass)
+    m_n = ln.amax(dim=-1, keepdim=True)
+    e_n = torch.sub(ln, m_n).exp_()
+    z_n = e_n.sum(dim=-1, keepdim=True)
+    lse_o = torch.logsumexp(lo, dim=-1, keepdim=True)
+    s = torch.sub(ln, lo).sub_(m_n + torch.log(z_n) - lse_o)
     if valid is not None:
-        s = s.nan_to_num(nan=0.0)  # −inf − (−inf) at masked entries
-    return ln, lo, s, valid, row_ok
+        s.masked_fill_(~valid, 0.0)  # −inf − (−inf) at masked entries; NaN on the support stays NaN
+    kl0 = torch.linalg.vecdot(e_n, s) / z_n.squeeze(-1)
+    row_ok = torch.isfinite(kl0)
+    if valid is not None:
+        row_ok &= valid.any(-1)
+    return lo - lse_o, s, kl0, valid, row_ok
 
 
-def _moments(w: torch.Tensor, s: torch.Tensor, lo: torch.Tensor, need_var: bool):
-    """KL(π_w ‖ π_old) and Var_{π_w}(s) for rows of ``s``, ``lo``: ``(R, S)``, ``w``: ``(R,)``.
+class _Moments:
+    """KL(π_w ‖ π_old) and Var_{π_w}(s) for a fixed set of rows, with preallocated ``(P, S)`` buffers.
 
     TROLL §2: with x = log π_old + w·s, log Z = LSE(x), π_w = exp(x − log Z):
         KL(π_w ‖ π_old) = w · E_w[s] − log Z(w),        dKL/dw = w · Var_w(s).
+    ``s`` is shifted per row by c = E_π̃[s] first; π_w and the KL are invariant to the shift, and it keeps
+    w·E[s] and log Z small so their difference (the KL) loses little to cancellation, and makes
+    Var = E[s²] − E[s]² well conditioned.
     """
-    x = torch.addcmul(lo, s, w[:, None])
-    m = x.amax(dim=-1, keepdim=True)
-    e = torch.exp(x - m)
-    z = e.sum(dim=-1, keepdim=True)
-    p = e / z
-    es = (p * s).sum(dim=-1)
-    log_z = (m + torch.log(z)).squeeze(-1)
-    kl = w * es - log_z
-    if not need_var:
-        return kl, None
-    d = s - es[:, None]
-    var = (p * d * d).sum(dim=-1)
-    return kl, var
+
+    def __init__(self, s: torch.Tensor, lo: torch.Tensor, center: torch.Tensor):
+        self.lo = lo
+        self.s = s - center[:, None]
+        self.s2 = self.s * self.s
+        self.x = torch.empty_like(s)
+        self.e = torch.empty_like(s)
+
+    def _eval(self, w: torch.Tensor):
+        x = torch.addcmul(self.lo, self.s, w[:, None], out=self.x)
+        m = x.amax(dim=-1, keepdim=True)
+        e = torch.sub(x, m, out=self.e).exp_()  # −inf (masked) → 0
+        z = e.sum(dim=-1)
+        es = torch.linalg.vecdot(e, self.s) / z
+        log_z = m.squeeze(-1) + torch.log(z)
+        return x, e, z, es, log_z
+
+    def __call__(self, w: torch.Tensor, need_var: bool):
+        _, e, z, es, log_z = self._eval(w)
+        kl = w * es - log_z
+        if not need_var:
+            return kl, None
+        var = torch.linalg.vecdot(e, self.s2) / z - es * es
+        return kl, var.clamp_min(0.0)
+
+    def logprobs(self, w: torch.Tensor):
+        """``(log π_w (P, S), KL(π_w ‖ π_old) (P,))``; the log-probs live in this object's buffer."""
+        x, _, _, es, log_z = self._eval(w)
+        return x.sub_(log_z[:, None]), w * es - log_z
 
 
-def _row_target(kl_bound: float, ln: torch.Tensor, lo: torch.Tensor, cdt: torch.dtype) -> torch.Tensor:
-    """Per-row solver target ``(P,)``: ε minus a relative margin and a rounding margin (see _MARGIN_ULPS)."""
-    mag = torch.maximum(ln.abs().nan_to_num(posinf=0.0).amax(-1), lo.abs().nan_to_num(posinf=0.0).amax(-1))
-    rounding = _MARGIN_ULPS * torch.finfo(cdt).eps * mag
+def _row_target(kl_bound: float, moments: _Moments, s: torch.Tensor) -> torch.Tensor:
+    """Per-row solver target ``(P,)``: ε minus a relative margin and a rounding margin (see _MARGIN_ULPS).
+
+    The magnitude bound M ≥ max |log p| over both policies uses log π̃ = log π_old + s (log-probs are ≤ 0).
+    """
+    min_lo = torch.nan_to_num(moments.lo, neginf=0.0, out=moments.x).amin(-1)  # x is scratch here
+    mag = -(min_lo + s.amin(-1).clamp_max(0.0))
+    rounding = _MARGIN_ULPS * torch.finfo(s.dtype).eps * mag
     # NOTE: beyond |log p| ~ 1e4 in fp32 the rounding margin would eat half the ball; we stop there and the
     # (then possible) excess shows in kl_after.
-    return (kl_bound * (1.0 - _TARGET_MARGIN[cdt]) - rounding).clamp_min(0.5 * kl_bound)
+    return (kl_bound * (1.0 - _TARGET_MARGIN[s.dtype]) - rounding).clamp_min(0.5 * kl_bound)
 
 
-def _solve_newton(s, lo, kl0, target, w_min, max_iter, tol):
+def _solve_newton(moments, kl0, target, w_min, max_iter, tol):
     """Safeguarded Newton on φ(u) = log KL(π_w ‖ π_old) − log ε_t in u = log w ∈ [log w_min, 0].
 
     φ is increasing in u and close to linear (KL ≈ w² Var/2 near w = 0), so Newton converges in a handful of
@@ -239,11 +263,11 @@ def _solve_newton(s, lo, kl0, target, w_min, max_iter, tol):
     u = (0.5 * (log_t - torch.log(kl0))).clamp(u_min, 0.0)
     lo_b = torch.full_like(u, u_min)
     hi_b = torch.zeros_like(u)  # KL(1) = kl0 > target
-    tiny = torch.finfo(s.dtype).tiny
+    tiny = torch.finfo(kl0.dtype).tiny
     it = 0
     for it in range(1, max_iter + 1):
         w = torch.exp(u)
-        kl, var = _moments(w, s, lo, need_var=True)
+        kl, var = moments(w, need_var=True)
         kl = kl.clamp_min(tiny)
         phi = torch.log(kl) - log_t
         feas = phi <= 0
@@ -263,14 +287,14 @@ def _solve_newton(s, lo, kl0, target, w_min, max_iter, tol):
     return u, it
 
 
-def _solve_bisection(s, lo, kl0, target, w_min, max_iter):
+def _solve_bisection(moments, kl0, target, w_min, max_iter):
     """Plain bisection on v = log η ∈ [−8, log η_max]; returns the feasible (large-η) end."""
     a = torch.full_like(kl0, -8.0)  # infeasible side: small η
     b = torch.full_like(kl0, math.log(1.0 / w_min - 1.0))
     for _ in range(max_iter):
         v = 0.5 * (a + b)
         w = 1.0 / (1.0 + torch.exp(v))
-        kl, _ = _moments(w, s, lo, need_var=False)
+        kl, _ = moments(w, need_var=False)
         feas = kl <= target
         b = torch.where(feas, v, b)
         a = torch.where(feas, a, v)
@@ -305,28 +329,28 @@ class _KLProjection(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, new, old, mask, kl_bound, solver, max_iter, tol, eta_max):
-        ln, lo, s, valid, row_ok = _prepare(new, old, mask)
-        cdt = ln.dtype
-        kl_before = (torch.exp(ln) * s).sum(-1)
+        lo, s, kl_before, valid, row_ok = _prepare(new, old, mask)
+        cdt = lo.dtype
         projected = row_ok & (kl_before > kl_bound)
         idx = projected.nonzero().squeeze(1)
 
-        out = new.detach().reshape(ln.shape).clone()
+        out = new.detach().reshape(lo.shape).clone()
         w_all = torch.ones_like(kl_before)
         kl_after = kl_before.clone()
         iters = 0
         w_p = None
         if idx.numel() > 0:
-            s_p, lo_p, kl0 = s[idx], lo[idx], kl_before[idx]
-            target = _row_target(kl_bound, ln[idx], lo_p, cdt)
+            s_p, kl0 = s.index_select(0, idx), kl_before.index_select(0, idx)
+            moments = _Moments(s_p, lo.index_select(0, idx), center=kl0)
+            target = _row_target(kl_bound, moments, s_p)
             w_min = 1.0 / (1.0 + eta_max)
             if solver == "newton":
-                u, iters = _solve_newton(s_p, lo_p, kl0, target, w_min, max_iter, tol or _DEFAULT_TOL[cdt])
+                u, iters = _solve_newton(moments, kl0, target, w_min, max_iter, tol or _DEFAULT_TOL[cdt])
             else:
-                u, iters = _solve_bisection(s_p, lo_p, kl0, target, w_min, max_iter)
+                u, iters = _solve_bisection(moments, kl0, target, w_min, max_iter)
             w_p = torch.exp(u)
-            lp = _projected_rows(lo_p, s_p, w_p)
-            kl_after[idx] = (torch.exp(lp) * (lp - lo_p).nan_to_num(nan=0.0)).sum(-1)
+            lp, kl_after_p = moments.logprobs(w_p)
+            kl_after[idx] = kl_after_p
             if valid is not None:
                 lp = torch.where(valid[idx], lp, out[idx].to(cdt))
             out[idx] = lp.to(out.dtype)
@@ -366,8 +390,8 @@ class _KLProjection(torch.autograd.Function):
         grad = g.clone()
         if idx.numel() > 0:
             sub_mask = mask.reshape(-1, S)[idx] if ctx.has_mask else None
-            ln, lo, s, valid, _ = _prepare(new.reshape(-1, S)[idx], old.reshape(-1, S)[idx], sub_mask)
-            cdt = ln.dtype
+            lo, s, _, valid, _ = _prepare(new.reshape(-1, S)[idx], old.reshape(-1, S)[idx], sub_mask)
+            cdt = lo.dtype
             gp = g[idx].to(cdt)
             if valid is not None:
                 gp_v = gp.masked_fill(~valid, 0.0)
