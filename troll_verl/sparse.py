@@ -33,11 +33,11 @@ Floor and tail treatment (our decision, documented in ``docs/troll.md``):
   tails are empty. A tail below the floor is clamped to the floor, so every entry stays finite.
 
 Memory (the reason for the custom Functions): the forward pass streams over token chunks of the
-``(N, V)`` logits, computing max, ``exp``, the log-sum-exp, the top-K and the gathers per chunk; it saves only
-the logits tensor it was given (no log-softmax copy) plus ``O(N·S)`` small tensors. The backward pass writes
-``∂L/∂z = softmax(z) · c_row + sparse corrections`` chunk by chunk straight into the gradient buffer. The fused
-variant :func:`troll_sparse_from_hidden` never materialises the logits at all (it recomputes the LM head per
-chunk in backward).
+``(N, V)`` logits, computing a fused softmax into one reused chunk buffer, the log-sum-exp, the top-K and the
+gathers; it saves only the logits tensor it was given (no log-softmax copy) plus ``O(N·S)`` small tensors. The
+backward pass writes ``∂L/∂z = softmax(z) · c_row + sparse corrections`` chunk by chunk straight into the
+gradient buffer. The fused variant :func:`troll_sparse_from_hidden` never materialises the logits at all (it
+recomputes the LM head per chunk in backward).
 """
 
 from __future__ import annotations
@@ -157,20 +157,46 @@ def mass_rule_mask(sorted_logprobs: torch.Tensor, mass_delta: float) -> torch.Te
     return keep
 
 
-def _chunk_stats(z: torch.Tensor, k: int):
-    """Log-sum-exp and top-k of one ``(c, V)`` chunk in the compute dtype.
+class _Workspace:
+    """Reusable ``(rows, V)`` compute-dtype buffers, one per name, so chunks do not re-allocate (and re-fault)
+    vocabulary-sized memory. Lives for one forward or backward call."""
 
-    Returns ``(lse (c,), m (c, 1) row max, sum64 (c,) = Σ exp(z − m) in float64, topv (c, k), topi (c, k))``.
+    def __init__(self, rows: int, vocab: int, dtype: torch.dtype, device: torch.device):
+        self.rows, self.vocab, self.dtype, self.device = rows, vocab, dtype, device
+        self._bufs: dict[str, torch.Tensor] = {}
+
+    def get(self, name: str, rows: int) -> torch.Tensor:
+        buf = self._bufs.get(name)
+        if buf is None:
+            buf = self._bufs[name] = torch.empty((self.rows, self.vocab), dtype=self.dtype, device=self.device)
+        return buf[:rows]
+
+    def as_compute(self, x: torch.Tensor) -> torch.Tensor:
+        """``x`` itself if it already has the compute dtype, else a copy in the ``"z"`` buffer (one explicit
+        upcast is several times cheaper on CPU than mixed-dtype arithmetic in every later kernel)."""
+        return x if x.dtype == self.dtype else self.get("z", x.shape[0]).copy_(x)
+
+
+def _chunk_stats(z: torch.Tensor, k: int, p: torch.Tensor):
+    """Softmax, log-sum-exp and top-k of one ``(c, V)`` chunk of logits in the compute dtype.
+
+    ``softmax`` is one fused kernel writing into the preallocated buffer ``p`` (``(c, V)``); the log-sum-exp is
+    recovered from the arg-max entry, ``LSE = z_max − log p_max`` (``p_max ≥ 1/V``, so this is exact to
+    rounding). Returns ``(lse (c,), topv (c, k), topi (c, k))`` and leaves ``softmax(z)`` in ``p``.
     """
-    m = z.amax(dim=-1, keepdim=True)
-    e = torch.sub(z, m)
-    e.exp_()
-    # float64 accumulation keeps the tail (1 − Σ_S π) exact to ~1e-16 relative of the total.
-    sum64 = e.sum(dim=-1, dtype=torch.float64)
-    del e
-    lse = m.squeeze(-1) + torch.log(sum64).to(z.dtype)
+    torch.softmax(z, dim=-1, out=p)
     topv, topi = torch.topk(z, k, dim=-1, sorted=True)
-    return lse, m, sum64, topv, topi
+    lse = topv[:, 0] - torch.log(p.gather(1, topi[:, :1]).squeeze(1))
+    return lse, topv, topi
+
+
+def _tail_logprob(p: torch.Tensor, support_ids: torch.Tensor) -> torch.Tensor:
+    """log Σ_{b∉S} softmax(z)_b, exact: zero the support entries of ``p = softmax(z)`` and sum the rest.
+
+    Summing only the tail (instead of 1 − Σ_S π) keeps full relative precision for tiny tails; −inf if empty.
+    ``p`` is overwritten.
+    """
+    return torch.log(p.scatter_(1, support_ids, 0.0).sum(dim=-1))
 
 
 def _union(
@@ -237,11 +263,6 @@ def _safe_ids(ids: torch.Tensor, valid: torch.Tensor, sampled: torch.Tensor) -> 
 # ----------------------------------------------------------------------------------------------------------
 # the old policy's sparse distribution (old-log-prob pass; no gradient)
 # ----------------------------------------------------------------------------------------------------------
-def _tail_logprob(sum64: torch.Tensor, kept64: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """log((Σ_all − Σ_S) / Σ_all) from float64 sums of ``exp(z − m)``; −inf for an empty tail."""
-    return torch.log(((sum64 - kept64) / sum64).clamp_min(0.0)).to(dtype)
-
-
 @torch.no_grad()
 def old_topk_from_logits(
     logits: torch.Tensor,
@@ -273,40 +294,38 @@ def old_topk_from_logits(
     lps = torch.empty((N, k), dtype=value_dtype, device=logits.device)
     tail = torch.empty((N,), dtype=cdt, device=logits.device)
     step = _chunk_rows(N, V, chunk_size)
+    ws = _Workspace(min(step, N), V, cdt, logits.device)
     for r0 in range(0, N, step):
         r1 = min(r0 + step, N)
-        z = logits[r0:r1].to(cdt)
-        lse, m, sum64, topv, topi = _chunk_stats(z, k)
+        p = ws.get("p", r1 - r0)
+        lse, topv, topi = _chunk_stats(ws.as_compute(logits[r0:r1]), k, p)
         lp = topv - lse[:, None]
         keep = mass_rule_mask(lp, mass_delta)
-        kept64 = torch.where(keep, torch.exp(topv - m), 0.0).double().sum(-1)
-        tail[r0:r1] = _tail_logprob(sum64, kept64, cdt).clamp_min(log_floor)
+        tail[r0:r1] = _tail_logprob(p, torch.where(keep, topi, topi[:, :1]))
         ids[r0:r1] = torch.where(keep, topi, -1).int()
         lps[r0:r1] = torch.where(keep, lp, log_floor).to(value_dtype)
-    return OldTopK(ids, lps, tail)
+    return OldTopK(ids, lps, tail.clamp_min(log_floor))
 
 
 # ----------------------------------------------------------------------------------------------------------
 # the current policy on the union support (update pass; differentiable, memory-lean)
 # ----------------------------------------------------------------------------------------------------------
-def _forward_chunk(z, k, mass_delta, log_floor, old_ids, old_lp, sampled, sampled_old_lp):
-    """Everything the forward pass needs from one ``(c, V)`` chunk of the current logits (compute dtype)."""
-    lse, m, sum64, topv, topi = _chunk_stats(z, k)
+def _forward_chunk(z, p, k, mass_delta, log_floor, old_ids, old_lp, sampled, sampled_old_lp):
+    """Everything the forward pass needs from one ``(c, V)`` chunk ``z`` of the current logits (compute dtype);
+    ``p`` is a ``(c, V)`` scratch buffer."""
+    lse, topv, topi = _chunk_stats(z, k, p)
     keep = mass_rule_mask(topv - lse[:, None], mass_delta)
     ids, old, valid, count = _union(old_ids, old_lp, topi, keep, sampled, sampled_old_lp, log_floor, z.dtype)
     safe = _safe_ids(ids, valid, sampled)
-    zs = z.gather(1, safe)
-    new = torch.where(valid, zs - lse[:, None], 0.0)
-    kept64 = torch.where(valid, torch.exp(zs - m), 0.0).double().sum(-1)
-    return lse, ids, old, valid, count, new, _tail_logprob(sum64, kept64, z.dtype)
+    new = torch.where(valid, z.gather(1, safe) - lse[:, None], 0.0)
+    return ids, old, valid, count, new, _tail_logprob(p, safe)
 
 
-def _sparse_forward(chunk_logits, N, k, mass_delta, log_floor, old_ids, old_lp, sampled, sampled_old_lp, step, cdt):
-    """Stream :func:`_forward_chunk` over token chunks; ``chunk_logits(r0, r1)`` yields ``(c, V)`` logits."""
+def _sparse_forward(chunk_logits, N, V, k, mass_delta, log_floor, old_ids, old_lp, sampled, sampled_old_lp, step, cdt):
+    """Stream :func:`_forward_chunk` over token chunks; ``chunk_logits(r0, r1, ws)`` yields ``(c, V)`` logits."""
     dev = sampled.device
     C = old_ids.shape[1] + k + 1
     bufs = (
-        torch.empty(N, dtype=cdt, device=dev),  # lse
         torch.empty((N, C), dtype=torch.long, device=dev),  # ids
         torch.empty((N, C), dtype=cdt, device=dev),  # old
         torch.empty((N, C), dtype=torch.bool, device=dev),  # valid
@@ -314,44 +333,52 @@ def _sparse_forward(chunk_logits, N, k, mass_delta, log_floor, old_ids, old_lp, 
         torch.empty((N, C), dtype=cdt, device=dev),  # new
         torch.empty(N, dtype=cdt, device=dev),  # tail_raw
     )
+    ws = _Workspace(min(step, N), V, cdt, dev)
     for r0 in range(0, N, step):
         r1 = min(r0 + step, N)
         out = _forward_chunk(
-            chunk_logits(r0, r1), k, mass_delta, log_floor,
+            chunk_logits(r0, r1, ws), ws.get("p", r1 - r0), k, mass_delta, log_floor,
             old_ids[r0:r1], old_lp[r0:r1], sampled[r0:r1], sampled_old_lp[r0:r1],
         )  # fmt: skip
         for buf, val in zip(bufs, out, strict=True):
             buf[r0:r1] = val
-    lse, ids, old, valid, count, new, tail_raw = bufs
+    ids, old, valid, count, new, tail_raw = bufs
     width = max(int(count.max().item()) if N > 0 else 1, 1)
-    return lse, ids[:, :width], old[:, :width], valid[:, :width], new[:, :width], tail_raw
+    return ids[:, :width], old[:, :width], valid[:, :width], new[:, :width], tail_raw
 
 
-def _grad_chunk(z, lse, safe, valid, g_new, g_tail_eff, tail_raw, new_lp, out=None):
-    """∂L/∂z for one chunk, written into ``out`` if given (derivation in :class:`_SparseFromLogits`)."""
-    tiny = torch.finfo(z.dtype).tiny
+def _grad_chunk(z, safe, valid, g_new, g_tail_eff, tail_raw, new_lp, out):
+    """∂L/∂z for one chunk, written into ``out`` (derivation in :class:`_SparseFromLogits`)."""
+    tiny = torch.finfo(out.dtype).tiny
     g_over_tail = torch.where(g_tail_eff != 0, g_tail_eff / torch.exp(tail_raw).clamp_min(tiny), 0.0)
     g_new = torch.where(valid, g_new, 0.0)
     coef = g_over_tail - g_new.sum(-1) - g_tail_eff
-    grad = torch.sub(z, lse[:, None], out=out)
-    grad.exp_()
+    grad = torch.softmax(z, dim=-1, out=out)  # π, recomputed (one fused kernel)
     grad.mul_(coef[:, None])
     corr = g_new - torch.exp(new_lp) * g_over_tail[:, None]
     grad.scatter_add_(1, safe, torch.where(valid, corr, 0.0).to(grad.dtype))
     return grad
 
 
-def _sparse_backward(chunk_logits, consume, N, step, saved, g_new, g_tail, log_floor):
-    """Stream :func:`_grad_chunk` over token chunks; ``consume(slice, grad_chunk)`` takes each result."""
-    lse, ids, valid, new, tail_raw, sampled = saved
+def _sparse_backward(chunk_logits, target, consume, N, V, step, saved, g_new, g_tail, log_floor):
+    """Stream :func:`_grad_chunk` over token chunks.
+
+    ``chunk_logits(slice, ws)`` yields the chunk's logits, ``target(slice, ws)`` the ``(c, V)`` tensor to write
+    its gradient into, and ``consume(slice, grad)`` takes the result.
+    """
+    ids, valid, new, tail_raw, sampled = saved
     cdt = new.dtype
     g_new = torch.zeros_like(new) if g_new is None else g_new.to(cdt)
     g_tail = torch.zeros_like(tail_raw) if g_tail is None else g_tail.to(cdt)
     g_tail_eff = torch.where(tail_raw > log_floor, g_tail, 0.0)  # the floor clamp has no gradient
     safe = _safe_ids(ids, valid, sampled)
+    ws = _Workspace(min(step, N), V, cdt, sampled.device)
     for r0 in range(0, N, step):
         sl = slice(r0, min(r0 + step, N))
-        consume(sl, chunk_logits(sl), lse[sl], safe[sl], valid[sl], g_new[sl], g_tail_eff[sl], tail_raw[sl], new[sl])
+        z = chunk_logits(sl, ws)
+        out = target(sl, ws)
+        grad = _grad_chunk(z, safe[sl], valid[sl], g_new[sl], g_tail_eff[sl], tail_raw[sl], new[sl], out)
+        consume(sl, grad)
 
 
 class _SparseFromLogits(torch.autograd.Function):
@@ -363,18 +390,20 @@ class _SparseFromLogits(torch.autograd.Function):
         tail = LSE_{b∉S}(z) − LSE(z)  ⇒  ∂tail/∂z_b = 1[b ∉ S] π_b / π_t − π_b,
         ∂L/∂z_b = π_b · (g_t / π_t − Σ_S g − g_t)  +  1[b ∈ S] · (g_b − π_b · g_t / π_t).
 
-    The first term is dense but only needs z and LSE (recomputed per chunk); the second is a sparse scatter.
-    Only ``logits`` (the caller's tensor, no copy) and ``O(N·S)`` tensors are saved for backward.
+    The first term is dense but only needs softmax(z), recomputed per chunk by one fused kernel into a reused
+    buffer; the second is a sparse scatter. Only ``logits`` (the caller's tensor, no copy) and ``O(N·S)``
+    tensors are saved for backward.
     """
 
     @staticmethod
     def forward(ctx, logits, old_ids, old_lp, sampled, sampled_old_lp, k, mass_delta, log_floor, step):
+        N, V = logits.shape
         cdt = compute_dtype(logits.dtype)
-        lse, ids, old, valid, new, tail_raw = _sparse_forward(
-            lambda r0, r1: logits[r0:r1].to(cdt), logits.shape[0], k, mass_delta, log_floor,
+        ids, old, valid, new, tail_raw = _sparse_forward(
+            lambda r0, r1, ws: ws.as_compute(logits[r0:r1]), N, V, k, mass_delta, log_floor,
             old_ids, old_lp, sampled, sampled_old_lp, step, cdt,
         )  # fmt: skip
-        ctx.save_for_backward(logits, lse, ids, valid, new, tail_raw, sampled)
+        ctx.save_for_backward(logits, ids, valid, new, tail_raw, sampled)
         ctx.log_floor, ctx.step = log_floor, step
         ctx.mark_non_differentiable(ids, old, valid)
         return new, tail_raw.clamp_min(log_floor), ids, old, valid
@@ -385,19 +414,32 @@ class _SparseFromLogits(torch.autograd.Function):
         logits, *saved = ctx.saved_tensors
         if not ctx.needs_input_grad[0]:
             return (None,) * 9
+        N, V = logits.shape
         grad = torch.empty_like(logits)
-        cdt = compute_dtype(logits.dtype)
-        direct = grad.dtype == cdt  # write straight into the gradient buffer, no chunk temporary
+        direct = grad.dtype == compute_dtype(logits.dtype)  # write straight into the gradient buffer
 
-        def consume(sl, *args):
-            g = _grad_chunk(*args, out=grad[sl] if direct else None)
+        def target(sl, ws):
+            return grad[sl] if direct else ws.get("g", sl.stop - sl.start)
+
+        def consume(sl, g):
             if not direct:
-                grad[sl] = g
+                grad[sl].copy_(g)
 
         _sparse_backward(
-            lambda sl: logits[sl].to(cdt), consume, logits.shape[0], ctx.step, saved, g_new, g_tail, ctx.log_floor
-        )
+            lambda sl, ws: ws.as_compute(logits[sl]), target, consume, N, V, ctx.step, saved, g_new, g_tail,
+            ctx.log_floor,
+        )  # fmt: skip
         return grad, None, None, None, None, None, None, None, None
+
+
+def _head_logits(hidden, weight, inv_t, ws, sl):
+    """``(hidden[sl] @ weight.T) / T`` for one chunk, in the workspace's compute dtype."""
+    out = ws.get("z", sl.stop - sl.start)
+    if weight.dtype == out.dtype:
+        torch.mm(hidden[sl], weight.t(), out=out)
+    else:
+        out.copy_(hidden[sl] @ weight.t())
+    return out.mul_(inv_t) if inv_t != 1.0 else out
 
 
 class _SparseFromHidden(torch.autograd.Function):
@@ -410,16 +452,13 @@ class _SparseFromHidden(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, hidden, weight, old_ids, old_lp, sampled, sampled_old_lp, k, mass_delta, log_floor, step, inv_t):
+        N, V = hidden.shape[0], weight.shape[0]
         cdt = compute_dtype(hidden.dtype)
-
-        def chunk_logits(r0, r1):
-            return (hidden[r0:r1] @ weight.t()).to(cdt).mul_(inv_t)
-
-        lse, ids, old, valid, new, tail_raw = _sparse_forward(
-            chunk_logits, hidden.shape[0], k, mass_delta, log_floor, old_ids, old_lp, sampled, sampled_old_lp,
-            step, cdt,
+        ids, old, valid, new, tail_raw = _sparse_forward(
+            lambda r0, r1, ws: _head_logits(hidden, weight, inv_t, ws, slice(r0, r1)), N, V, k, mass_delta,
+            log_floor, old_ids, old_lp, sampled, sampled_old_lp, step, cdt,
         )  # fmt: skip
-        ctx.save_for_backward(hidden, weight, lse, ids, valid, new, tail_raw, sampled)
+        ctx.save_for_backward(hidden, weight, ids, valid, new, tail_raw, sampled)
         ctx.log_floor, ctx.step, ctx.inv_t = log_floor, step, inv_t
         ctx.mark_non_differentiable(ids, old, valid)
         return new, tail_raw.clamp_min(log_floor), ids, old, valid
@@ -429,21 +468,23 @@ class _SparseFromHidden(torch.autograd.Function):
     def backward(ctx, g_new, g_tail, *_):
         hidden, weight, *saved = ctx.saved_tensors
         need_h, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+        N, V = hidden.shape[0], weight.shape[0]
         cdt = compute_dtype(hidden.dtype)
         grad_h = torch.empty_like(hidden) if need_h else None
         # NOTE: ∂L/∂W is accumulated in (at least) fp32 across chunks; bf16 accumulation would lose precision.
         grad_w = torch.zeros(weight.shape, dtype=cdt, device=weight.device) if need_w else None
 
-        def consume(sl, *args):
-            gz = _grad_chunk(*args).mul_(ctx.inv_t)
+        def consume(sl, gz):
+            if ctx.inv_t != 1.0:
+                gz.mul_(ctx.inv_t)
             if need_h:
                 grad_h[sl] = gz.to(weight.dtype) @ weight
             if need_w:
                 grad_w.addmm_(gz.t(), hidden[sl].to(cdt))
 
         _sparse_backward(
-            lambda sl: (hidden[sl] @ weight.t()).to(cdt).mul_(ctx.inv_t), consume, hidden.shape[0], ctx.step,
-            saved, g_new, g_tail, ctx.log_floor,
+            lambda sl, ws: _head_logits(hidden, weight, ctx.inv_t, ws, sl), lambda sl, ws: ws.get("g", sl.stop - sl.start),
+            consume, N, V, ctx.step, saved, g_new, g_tail, ctx.log_floor,
         )  # fmt: skip
         grad_w = grad_w.to(weight.dtype) if need_w else None
         return grad_h, grad_w, None, None, None, None, None, None, None, None, None
