@@ -7,7 +7,18 @@ VENV_DIR="${VENV_DIR:-.venv}"
 VENV_PY="$VENV_DIR/bin/python"
 TORCH_VERSION="${TORCH_VERSION:-2.13.0}"
 
-_pip() { "$VENV_PY" -m pip install --disable-pip-version-check -q "$@" 2>&1 | grep -v "is ignored: it is neither" || true; }
+# pip install, minus the noise of this machine's file:// index; fails loudly if pip fails.
+_pip() {
+    local log rc=0
+    log=$(mktemp)
+    "$VENV_PY" -m pip install --disable-pip-version-check -q "$@" >"$log" 2>&1 || rc=$?
+    grep -v "is ignored: it is neither" "$log" || true
+    rm -f "$log"
+    if [ "$rc" != 0 ]; then
+        echo "[venv] ERROR: pip install $* failed (exit $rc)" >&2
+        exit "$rc"
+    fi
+}
 
 ensure_venv() {
     if [ ! -x "$VENV_PY" ]; then
