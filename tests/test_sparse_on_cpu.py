@@ -243,3 +243,30 @@ def test_invalid_shapes():
         troll_sparse_from_logits(z[None], sampled, old, old_sampled)
     with pytest.raises(ValueError, match="same H"):
         troll_sparse_from_hidden(torch.zeros(3, 4), torch.zeros(20, 5), sampled, old, old_sampled)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16])
+def test_row_subset_equals_sliced_logits(dtype):
+    """``rows=`` processes a subset of the logits in place: same result as slicing, zero gradient elsewhere."""
+    z, z_old, sampled, old, old_sampled = _setup(N=12, V=40, K=5, delta=1e-3)
+    rows = torch.tensor([1, 2, 5, 6, 7, 11])
+    full = z.to(dtype).requires_grad_(True)
+    sliced = full.detach()[rows].clone().requires_grad_(True)
+    sub_old = OldTopK(*(t[rows] for t in old))
+    kw = dict(topk=5, mass_delta=1e-3, chunk_size=4)
+    a = troll_sparse_from_logits(full, sampled[rows], sub_old, old_sampled[rows], rows=rows, **kw)
+    b = troll_sparse_from_logits(sliced, sampled[rows], sub_old, old_sampled[rows], **kw)
+    for x, y in zip(a, b, strict=True):
+        assert torch.equal(x, y)
+    v = torch.randn_like(a.new_logprobs)
+    (ga,) = torch.autograd.grad((a.new_logprobs * v).sum(), full)
+    (gb,) = torch.autograd.grad((b.new_logprobs * v).sum(), sliced)
+    others = torch.ones(12, dtype=torch.bool)
+    others[rows] = False
+    assert torch.equal(ga[rows], gb) and (ga[others] == 0).all()
+    ref = old_topk_from_logits(z_old[rows], topk=5, mass_delta=1e-3)
+    got = old_topk_from_logits(z_old, topk=5, mass_delta=1e-3, rows=rows)
+    for x, y in zip(got, ref, strict=True):
+        assert torch.equal(x, y)
+    with pytest.raises(ValueError, match="rows"):
+        old_topk_from_logits(z_old, rows=torch.tensor([0, 99]))

@@ -128,6 +128,14 @@ def _check_logits(name: str, logits: torch.Tensor) -> None:
         )
 
 
+def _check_rows(rows: torch.Tensor, n_logits: int) -> int:
+    if not isinstance(rows, torch.Tensor) or rows.dim() != 1 or rows.dtype != torch.long:
+        raise ValueError(f"rows must be a 1-D int64 tensor of row indices, got {getattr(rows, 'dtype', type(rows))}.")
+    if rows.numel() and (int(rows.min()) < 0 or int(rows.max()) >= n_logits):
+        raise ValueError(f"rows must index the {n_logits} rows of logits, got values outside [0, {n_logits}).")
+    return rows.shape[0]
+
+
 def _chunk_rows(n_rows: int, vocab: int, chunk_size: int | None) -> int:
     if chunk_size is not None:
         if not isinstance(chunk_size, int) or chunk_size < 1:
@@ -175,6 +183,17 @@ class _Workspace:
         """``x`` itself if it already has the compute dtype, else a copy in the ``"z"`` buffer (one explicit
         upcast is several times cheaper on CPU than mixed-dtype arithmetic in every later kernel)."""
         return x if x.dtype == self.dtype else self.get("z", x.shape[0]).copy_(x)
+
+    def take_rows(self, x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+        """``x[idx]`` in the compute dtype, gathered into the ``"z"`` buffer."""
+        out = self.get("z", idx.shape[0])
+        if x.dtype == self.dtype:
+            return torch.index_select(x, 0, idx, out=out)
+        return out.copy_(x.index_select(0, idx))
+
+    def chunk(self, x: torch.Tensor, rows: torch.Tensor | None, sl: slice) -> torch.Tensor:
+        """Chunk ``sl`` of the selected rows of ``x`` (all rows when ``rows`` is None) in the compute dtype."""
+        return self.as_compute(x[sl]) if rows is None else self.take_rows(x, rows[sl])
 
 
 def _chunk_stats(z: torch.Tensor, k: int, p: torch.Tensor):
@@ -271,6 +290,7 @@ def old_topk_from_logits(
     floor: float = 1e-12,
     value_dtype: torch.dtype = torch.float32,
     chunk_size: int | None = None,
+    rows: torch.Tensor | None = None,
 ) -> OldTopK:
     """The old policy's top-K (mass rule) ids, log-probs and tail mass, streamed over token chunks.
 
@@ -279,6 +299,8 @@ def old_topk_from_logits(
         topk, mass_delta, floor: the support rule and the floor probability (TROLL §5).
         value_dtype: dtype to store the log-probs in (fp32, bf16 or fp16).
         chunk_size: tokens per chunk; None picks ~128 MiB chunks. Only affects memory, not results.
+        rows: optional ``(N,)`` int64 indices of the rows of ``logits`` to process (e.g. response positions);
+            default all rows.
 
     Returns:
         :class:`OldTopK` with ``ids (N, K)`` int32, ``logprobs (N, K)`` and ``tail_logprob (N,)`` (fp32, or
@@ -286,7 +308,8 @@ def old_topk_from_logits(
     """
     _check_logits("logits", logits)
     _check_support_args(topk, mass_delta, floor)
-    N, V = logits.shape
+    V = logits.shape[1]
+    N = logits.shape[0] if rows is None else _check_rows(rows, logits.shape[0])
     k = min(topk, V)
     log_floor = math.log(floor)
     cdt = compute_dtype(logits.dtype)
@@ -298,7 +321,7 @@ def old_topk_from_logits(
     for r0 in range(0, N, step):
         r1 = min(r0 + step, N)
         p = ws.get("p", r1 - r0)
-        lse, topv, topi = _chunk_stats(ws.as_compute(logits[r0:r1]), k, p)
+        lse, topv, topi = _chunk_stats(ws.chunk(logits, rows, slice(r0, r1)), k, p)
         lp = topv - lse[:, None]
         keep = mass_rule_mask(lp, mass_delta)
         tail[r0:r1] = _tail_logprob(p, torch.where(keep, topi, topi[:, :1]))
@@ -396,14 +419,15 @@ class _SparseFromLogits(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, logits, old_ids, old_lp, sampled, sampled_old_lp, k, mass_delta, log_floor, step):
-        N, V = logits.shape
+    def forward(ctx, logits, rows, old_ids, old_lp, sampled, sampled_old_lp, k, mass_delta, log_floor, step):
+        V = logits.shape[1]
+        N = logits.shape[0] if rows is None else rows.shape[0]
         cdt = compute_dtype(logits.dtype)
         ids, old, valid, new, tail_raw = _sparse_forward(
-            lambda r0, r1, ws: ws.as_compute(logits[r0:r1]), N, V, k, mass_delta, log_floor,
+            lambda r0, r1, ws: ws.chunk(logits, rows, slice(r0, r1)), N, V, k, mass_delta, log_floor,
             old_ids, old_lp, sampled, sampled_old_lp, step, cdt,
         )  # fmt: skip
-        ctx.save_for_backward(logits, ids, valid, new, tail_raw, sampled)
+        ctx.save_for_backward(logits, rows, ids, valid, new, tail_raw, sampled)
         ctx.log_floor, ctx.step = log_floor, step
         ctx.mark_non_differentiable(ids, old, valid)
         return new, tail_raw.clamp_min(log_floor), ids, old, valid
@@ -411,25 +435,33 @@ class _SparseFromLogits(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(ctx, g_new, g_tail, *_):
-        logits, *saved = ctx.saved_tensors
+        logits, rows, *saved = ctx.saved_tensors
         if not ctx.needs_input_grad[0]:
-            return (None,) * 9
-        N, V = logits.shape
+            return (None,) * 10
+        V = logits.shape[1]
+        N = logits.shape[0] if rows is None else rows.shape[0]
         grad = torch.empty_like(logits)
-        direct = grad.dtype == compute_dtype(logits.dtype)  # write straight into the gradient buffer
+        # write straight into the gradient buffer where its rows are contiguous and of the compute dtype
+        direct = rows is None and grad.dtype == compute_dtype(logits.dtype)
+        if rows is not None:
+            unselected = torch.ones(logits.shape[0], dtype=torch.bool, device=logits.device)
+            unselected[rows] = False
+            grad[unselected] = 0.0
 
         def target(sl, ws):
             return grad[sl] if direct else ws.get("g", sl.stop - sl.start)
 
         def consume(sl, g):
-            if not direct:
+            if rows is not None:
+                grad.index_copy_(0, rows[sl], g.to(grad.dtype))
+            elif not direct:
                 grad[sl].copy_(g)
 
         _sparse_backward(
-            lambda sl, ws: ws.as_compute(logits[sl]), target, consume, N, V, ctx.step, saved, g_new, g_tail,
+            lambda sl, ws: ws.chunk(logits, rows, sl), target, consume, N, V, ctx.step, saved, g_new, g_tail,
             ctx.log_floor,
         )  # fmt: skip
-        return grad, None, None, None, None, None, None, None, None
+        return grad, None, None, None, None, None, None, None, None, None
 
 
 def _head_logits(hidden, weight, inv_t, ws, sl):
@@ -536,6 +568,7 @@ def troll_sparse_from_logits(
     mass_delta: float = 1e-5,
     floor: float = 1e-12,
     chunk_size: int | None = None,
+    rows: torch.Tensor | None = None,
 ) -> SparseSupport:
     """Both policies on ``supp(π_old) ∪ supp(π̃) ∪ {o_t}`` plus the tail bucket, from the current logits.
 
@@ -546,6 +579,8 @@ def troll_sparse_from_logits(
         old_sampled_logprob: ``(N,)`` old log-prob of o_t (verl's ``old_log_probs``), exact.
         topk, mass_delta, floor: the support rule and floor (TROLL §5).
         chunk_size: tokens per chunk; None picks ~128 MiB fp32 chunks. Only affects memory, not results.
+        rows: optional ``(N,)`` int64 indices of the rows of ``logits`` these N tokens are (e.g. the response
+            positions of a packed sequence); the other rows get zero gradient. Default: all rows.
 
     Returns:
         :class:`SparseSupport` with ``(N, S + 1)`` fields (fp32, fp64 for fp64 logits), S the largest union
@@ -553,14 +588,15 @@ def troll_sparse_from_logits(
     """
     _check_logits("logits", logits)
     _check_support_args(topk, mass_delta, floor)
-    N, V = logits.shape
+    V = logits.shape[1]
+    N = logits.shape[0] if rows is None else _check_rows(rows, logits.shape[0])
     sampled = sampled_ids.long()
     _check_sparse_inputs(N, sampled, old, old_sampled_logprob)
     log_floor = math.log(floor)
     step = _chunk_rows(N, V, chunk_size)
     new, tail, ids, old_u, valid = _SparseFromLogits.apply(
-        logits, old.ids, old.logprobs, sampled, old_sampled_logprob.detach(), min(topk, V), mass_delta, log_floor,
-        step,
+        logits, rows, old.ids, old.logprobs, sampled, old_sampled_logprob.detach(), min(topk, V), mass_delta,
+        log_floor, step,
     )  # fmt: skip
     return _assemble(new, tail, ids, old_u, valid, old, sampled, old_sampled_logprob.detach(), floor)
 

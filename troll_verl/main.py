@@ -1,0 +1,56 @@
+# Copyright 2026 The troll-verl authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""``python -m troll_verl.main``: verl's ``main_ppo`` with TROLL preset.
+
+The config is ``troll_verl/config/troll_trainer.yaml`` (``defaults: [ppo_trainer, _self_]``): it selects
+``loss_mode=troll``, TROLL's settings dataclass and TROLL's trainer. Any verl override works as with
+``python -m verl.trainer.main_ppo``; ``actor_rollout_ref.actor.policy_loss.loss_mode=vanilla`` runs the clip
+baseline through the same trainer. Reuses verl's ``run_ppo`` and ``TaskRunnerV1`` unchanged.
+"""
+
+from __future__ import annotations
+
+import hydra
+from omegaconf import DictConfig
+
+
+def prepare(config: DictConfig) -> DictConfig:
+    """Validate a composed config as verl's ``main_ppo`` does, plus TROLL's checks (before Ray starts)."""
+    import verl  # noqa: F401  (loads the plugin)
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+    from verl.utils.config import validate_config
+    from verl.utils.device import auto_set_device
+
+    from .plugin import check_verl_version, register
+    from .trainer import troll_loss_enabled, validate_troll_config
+
+    check_verl_version()
+    register()
+    auto_set_device(config)
+    validate_config(config=config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
+    if troll_loss_enabled(config):
+        validate_troll_config(config)
+    return config
+
+
+@hydra.main(config_path="config", config_name="troll_trainer", version_base=None)
+def main(config: DictConfig) -> None:
+    """Run verl's PPO trainer with TROLL (see the module docstring)."""
+    from verl.trainer.main_ppo import TaskRunnerV1, run_ppo
+
+    run_ppo(prepare(config), task_runner_class=TaskRunnerV1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,210 @@
+# Copyright 2026 The troll-verl authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""A CPU platform for verl 0.9, for development and CI on machines without an accelerator.
+
+verl 0.9.1 ships platforms for NVIDIA, Ascend and ROCm only and falls back to "nvidia", so its engines die in
+``torch.cuda.set_device`` on a CPU-only host. This module adds a :class:`PlatformCPU` (device ``cpu``,
+collectives over ``gloo``, a device-module stand-in whose memory statistics are zero).
+
+It is **opt-in**: nothing here is active unless ``VERL_PLATFORM=cpu`` is set (verl's own platform switch). The
+platform never reports itself available during verl's auto-detection, so registering it cannot change what
+a GPU (or NPU) machine runs. With the switch set, :func:`troll_verl.plugin.register` also registers verl's
+FSDP engines for device ``cpu``. Conditions for exact CPU runs: ``strategy=fsdp2``, ``attn_implementation=sdpa``,
+fp32 mixed precision, ``use_torch_compile=False``.
+"""
+
+from __future__ import annotations
+
+import os
+import types
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+
+CPU_PLATFORM_NAME = "cpu"
+_GiB = 1 << 30
+
+
+def cpu_platform_requested() -> bool:
+    """True when the user selected the CPU platform with ``VERL_PLATFORM=cpu``."""
+    return os.environ.get("VERL_PLATFORM", "").strip().lower() == CPU_PLATFORM_NAME
+
+
+def _zero(*_args, **_kwargs) -> int:
+    return 0
+
+
+def _noop(*_args, **_kwargs) -> None:
+    return None
+
+
+def _mem_get_info(*_args, **_kwargs) -> tuple[int, int]:
+    """(free, total) host memory in bytes, read from /proc/meminfo (verl only logs it)."""
+    try:
+        info = {}
+        with open("/proc/meminfo") as f:
+            for line in f:
+                key, value = line.split(":", 1)
+                info[key] = int(value.split()[0]) * 1024
+        return info.get("MemAvailable", 0), info.get("MemTotal", 0)
+    except OSError:
+        return 0, 0
+
+
+def _make_device_module() -> types.ModuleType:
+    """``torch.cpu`` plus the ``torch.cuda``-style helpers verl calls on its device module.
+
+    Memory statistics are zero (verl logs them as ``perf/max_memory_allocated_gb``); RNG state is the CPU
+    generator's; streams and events are ``torch.cpu``'s no-op ones.
+    """
+    mod = types.ModuleType("troll_verl.platform.cpu_device")
+    for name in dir(torch.cpu):
+        if not name.startswith("_"):
+            setattr(mod, name, getattr(torch.cpu, name))
+    for name in (
+        "memory_allocated",
+        "max_memory_allocated",
+        "memory_reserved",
+        "max_memory_reserved",
+    ):
+        setattr(mod, name, _zero)
+    for name in ("empty_cache", "reset_peak_memory_stats", "ipc_collect", "set_per_process_memory_fraction"):
+        setattr(mod, name, _noop)
+    mod.mem_get_info = _mem_get_info
+    mod.get_rng_state = lambda *a, **k: torch.get_rng_state()
+    mod.set_rng_state = lambda state, *a, **k: torch.set_rng_state(state)
+    mod.manual_seed = lambda seed: torch.manual_seed(seed)
+    mod.manual_seed_all = lambda seed: torch.manual_seed(seed)
+    mod.get_device_name = lambda *a, **k: "CPU"
+    mod.get_device_capability = lambda *a, **k: (None, None)
+    mod.memory_stats = lambda *a, **k: {}
+    return mod
+
+
+def make_platform_cls():
+    """Build the :class:`PlatformCPU` class (imports verl lazily, so this module stays cheap to import)."""
+    from verl.plugin.platform import PlatformBase
+
+    class PlatformCPU(PlatformBase):
+        """verl platform for the host CPU: device ``cpu``, ``gloo`` collectives. Opt-in via ``VERL_PLATFORM=cpu``."""
+
+        _device_module = _make_device_module()
+
+        @property
+        def device_name(self) -> str:
+            return "cpu"
+
+        @property
+        def vendor_name(self) -> str:
+            return "cpu"
+
+        @property
+        def device_module(self) -> types.ModuleType:
+            return self._device_module
+
+        def is_available(self) -> bool:
+            return True
+
+        def is_platform_available(self, use_smi_check: bool = False) -> bool:
+            # Never auto-detected: only an explicit VERL_PLATFORM=cpu selects this platform.
+            return False
+
+        def current_device(self) -> torch.device:
+            # NOTE: verl uses the result as ``.to(get_device_id())`` / ``device=get_device_id()``; the index 0 would
+            # mean "accelerator 0", so the CPU platform answers with the device itself.
+            return torch.device("cpu")
+
+        def device_count(self) -> int:
+            return 1
+
+        def set_device(self, device_index: int) -> None:
+            return None
+
+        def synchronize(self, device_index: int | None = None) -> None:
+            return None
+
+        def manual_seed(self, seed: int) -> None:
+            torch.manual_seed(seed)
+
+        def manual_seed_all(self, seed: int) -> None:
+            torch.manual_seed(seed)
+
+        def set_allocator_settings(self, settings: str) -> None:
+            return None
+
+        def empty_cache(self) -> None:
+            return None
+
+        def get_device_capability(self, device_index: int = 0) -> tuple[int | None, int | None]:
+            return None, None
+
+        def communication_backend_name(self) -> str:
+            return "gloo"
+
+        def visible_devices_envvar(self) -> str:
+            return "CUDA_VISIBLE_DEVICES"
+
+        @contextmanager
+        def nvtx_range(self, msg: str):
+            yield
+
+        def profiler_start(self) -> None:
+            return None
+
+        def profiler_stop(self) -> None:
+            return None
+
+        # NOTE: Ray schedules verl's workers on "GPU" bundles; on a CPU host these are logical GPUs declared with
+        # ray.init(num_gpus=N) (see troll_verl.cpu_runtime), one per trainer worker.
+        def ray_resource_name(self) -> str:
+            return "GPU"
+
+        def ray_resource_options(self, num_gpus: float) -> dict[str, Any]:
+            return {"num_gpus": num_gpus}
+
+        def ray_noset_envvars(self) -> list[str]:
+            return []
+
+        def is_ipc_supported(self) -> bool:
+            return False
+
+        def cudart(self) -> Any:
+            return None
+
+    return PlatformCPU
+
+
+def init_cpu_process_group() -> bool:
+    """Initialise the default process group with ``gloo`` in a verl worker on the CPU platform.
+
+    verl's workers call ``initialize_global_process_group_ray``, which builds the backend string
+    ``"cpu:gloo,{device}:{backend}"``; for the device ``cpu`` that is ``"cpu:gloo,cpu:gloo"``, which torch rejects
+    ("Duplicate device type cpu"). verl skips its own initialisation when a group exists, so TROLL's worker
+    classes call this first. A no-op unless ``VERL_PLATFORM=cpu`` and the group is not yet initialised.
+
+    Returns:
+        True if a process group was created.
+    """
+    import torch.distributed as dist
+
+    if not cpu_platform_requested() or not dist.is_available() or dist.is_initialized():
+        return False
+    rank = int(os.environ.get("RANK", "0"))
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    init_method = os.environ.get("DIST_INIT_METHOD")
+    if init_method is None and "MASTER_ADDR" not in os.environ:
+        return False
+    dist.init_process_group(backend="gloo", rank=rank, world_size=world_size, init_method=init_method)
+    return True

@@ -1,0 +1,227 @@
+# Copyright 2026 The troll-verl authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""The one module where troll-verl meets verl's registries. Importing it registers; it rebinds nothing.
+
+verl imports every entry point of the group ``verl.plugins`` at the end of ``import verl`` (driver, TaskRunner and
+every Ray worker), and swallows a failing plugin at DEBUG level. troll-verl's entry point is this module; the
+alternative is ``VERL_USE_EXTERNAL_MODULES=troll_verl.plugin``. Either way :func:`register` runs and adds:
+
+==========================  ========================================  =====================================
+what                        verl registry                             when
+==========================  ========================================  =====================================
+policy loss ``troll``       ``core_algos.POLICY_LOSS_REGISTRY``       when ``verl.trainer.ppo.core_algos`` loads
+trainer ``troll``           ``ppo.v1.trainer_base.TRAINER_REGISTRY``  when ``verl.trainer.ppo.v1`` loads
+platform ``cpu``            ``plugin.platform.PlatformRegistry``      now, only with ``VERL_PLATFORM=cpu``
+FSDP engines for ``cpu``    ``workers.engine.EngineRegistry``         when ``verl.workers.engine`` loads, only
+                                                                      with ``VERL_PLATFORM=cpu``
+==========================  ========================================  =====================================
+
+Registrations wait for their registry's module (a post-import hook) so that ``import verl`` stays cheap: the
+trainer module alone costs ~2 s, paid only by the process that runs the trainer. verl overwrites policy losses
+silently, so a name already taken by someone else is refused here.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.abc
+import logging
+import sys
+import threading
+from collections.abc import Callable
+
+logger = logging.getLogger(__name__)
+
+SUPPORTED_VERL = (">=0.9.0", "<0.10")
+POLICY_LOSS_NAME = "troll"
+TRAINER_NAME = "troll"
+
+__all__ = [
+    "register",
+    "check_verl_version",
+    "troll_policy_loss",
+    "SUPPORTED_VERL",
+    "POLICY_LOSS_NAME",
+    "TRAINER_NAME",
+]
+
+
+class VerlVersionError(RuntimeError):
+    """verl outside the range troll-verl supports."""
+
+
+def check_verl_version(version: str | None = None) -> str:
+    """Raise :class:`VerlVersionError` unless verl's version is in :data:`SUPPORTED_VERL`; return the version."""
+    from packaging.specifiers import SpecifierSet
+    from packaging.version import Version
+
+    if version is None:
+        import verl
+
+        version = verl.__version__
+    spec = SpecifierSet(",".join(SUPPORTED_VERL))
+    if Version(version) not in spec:
+        raise VerlVersionError(
+            f"troll-verl supports verl {' '.join(SUPPORTED_VERL)} (its engine hooks, loss closure and trainer "
+            f"follow verl 0.9's internals); found verl {version}. Install a supported verl, e.g. "
+            "pip install 'verl[verl-core]==0.9.1'."
+        )
+    return version
+
+
+# ------------------------------------------------------------------------------------------------------------
+# post-import hooks
+# ------------------------------------------------------------------------------------------------------------
+class _PostImportFinder(importlib.abc.MetaPathFinder):
+    """Runs callbacks right after a named module has finished executing (once)."""
+
+    def __init__(self):
+        self.pending: dict[str, list[Callable]] = {}
+        self._lock = threading.Lock()
+
+    def find_spec(self, fullname, path=None, target=None):
+        with self._lock:
+            if fullname not in self.pending:
+                return None
+            callbacks = self.pending.pop(fullname)
+        spec = None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None:
+                break
+        if spec is None or spec.loader is None:
+            return spec
+        spec.loader = _CallbackLoader(spec.loader, callbacks)
+        return spec
+
+
+class _CallbackLoader(importlib.abc.Loader):
+    def __init__(self, loader, callbacks):
+        self._loader, self._callbacks = loader, callbacks
+
+    def create_module(self, spec):
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module):
+        module.__loader__ = self._loader
+        self._loader.exec_module(module)
+        for callback in self._callbacks:
+            callback(module)
+
+    def __getattr__(self, name):  # get_source, get_code, ... for tracebacks and inspect
+        return getattr(self._loader, name)
+
+
+_FINDER = _PostImportFinder()
+
+
+def when_imported(module_name: str, callback: Callable) -> None:
+    """Call ``callback(module)`` once ``module_name`` is imported (at once if it already is)."""
+    module = sys.modules.get(module_name)
+    if module is not None:
+        callback(module)
+        return
+    with _FINDER._lock:
+        _FINDER.pending.setdefault(module_name, []).append(callback)
+        if _FINDER not in sys.meta_path:
+            sys.meta_path.insert(0, _FINDER)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# the registrations
+# ------------------------------------------------------------------------------------------------------------
+def troll_policy_loss(
+    old_log_prob, log_prob, advantages, response_mask, loss_agg_mode="token-mean", config=None,
+    rollout_is_weights=None, **kwargs,
+):  # fmt: skip
+    """verl's ``PolicyLossFn`` entry for ``loss_mode=troll``: :func:`troll_verl.losses.compute_policy_loss_troll`.
+
+    (A thin forwarder so that registering never imports the loss module while verl's registry module is still
+    loading.) Called by verl's generic ``ppo_loss`` it raises, explaining that TROLL's trainer is needed.
+    """
+    from .losses import compute_policy_loss_troll
+
+    return compute_policy_loss_troll(
+        old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, config, rollout_is_weights, **kwargs
+    )
+
+
+def _register_policy_loss(core_algos) -> None:
+    existing = core_algos.POLICY_LOSS_REGISTRY.get(POLICY_LOSS_NAME)
+    if existing is not None and existing is not troll_policy_loss:
+        raise RuntimeError(
+            f"verl's policy-loss registry already has {POLICY_LOSS_NAME!r} ({existing.__module__}."
+            f"{existing.__qualname__}); verl would silently overwrite it. Uninstall the other plugin."
+        )
+    core_algos.register_policy_loss(POLICY_LOSS_NAME)(troll_policy_loss)
+
+
+def _register_trainer(_v1_package) -> None:
+    # troll_verl.trainer registers itself at the end of its import (it may be the module importing v1 right now).
+    importlib.import_module("troll_verl.trainer")
+
+
+def _register_cpu_engines(_engine_package) -> None:
+    from verl.workers.engine import EngineRegistry
+    from verl.workers.engine.fsdp.transformer_impl import FSDPEngineWithLMHead, FSDPEngineWithValueHead
+
+    for model_type, cls in (("language_model", FSDPEngineWithLMHead), ("value_model", FSDPEngineWithValueHead)):
+        for backend in ("fsdp", "fsdp2"):
+            taken = EngineRegistry._engines.get(model_type, {}).get(backend, {}).get("cpu")
+            if taken is not None and taken is not cls:
+                raise RuntimeError(
+                    f"verl's engine registry already maps ({model_type}, {backend}, cpu) to {taken.__name__}; "
+                    "troll-verl's CPU platform cannot register verl's FSDP engine there."
+                )
+            if taken is None:
+                EngineRegistry.register(model_type=model_type, backend=backend, device="cpu")(cls)
+
+
+def _register_cpu_platform() -> None:
+    from verl.plugin.platform import PlatformRegistry
+
+    from .platform.cpu import CPU_PLATFORM_NAME, make_platform_cls
+
+    existing = PlatformRegistry.get(CPU_PLATFORM_NAME)
+    if existing is None or existing.__module__ != "troll_verl.platform.cpu":
+        PlatformRegistry.register(CPU_PLATFORM_NAME)(make_platform_cls())
+    when_imported("verl.workers.engine", _register_cpu_engines)
+
+
+_REGISTERED = False
+
+
+def register() -> None:
+    """Register TROLL with verl (idempotent). Raises :class:`VerlVersionError` on an unsupported verl."""
+    global _REGISTERED
+    if _REGISTERED:
+        return
+    check_verl_version()
+    from .platform.cpu import cpu_platform_requested
+
+    when_imported("verl.trainer.ppo.core_algos", _register_policy_loss)
+    when_imported("verl.trainer.ppo.v1", _register_trainer)
+    if cpu_platform_requested():
+        _register_cpu_platform()
+    _REGISTERED = True
+
+
+try:
+    register()
+except VerlVersionError as _e:
+    # verl logs plugin failures at DEBUG only; say it where people look.
+    logger.error("%s", _e)
+    raise

@@ -1,0 +1,174 @@
+# Copyright 2026 The troll-verl authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""TROLL's v1 trainer: verl's synchronous PPO trainer plus TROLL's pass flags.
+
+Selected with ``trainer.v1.trainer_mode=troll`` (``python -m troll_verl.main`` presets it). It *is* verl's
+``sync`` trainer (colocated rollout, synchronous updates) and runs with ``trainer_mode`` reset to ``sync``, so
+every sync code path of verl behaves as usual. On top it
+
+- validates the TROLL settings and refuses configurations TROLL cannot run, naming the setting to change;
+- uses :class:`~troll_verl.workers.TrollActorRolloutRefWorker` (and :class:`~troll_verl.workers.
+  TrollTrainingWorker` for the critic), which are verl's workers plus inert-by-default TROLL flags;
+- tags the old-log-prob pass (store the old top-K), keeps the flag off on the reference pass, and tags the
+  update pass.
+
+With ``loss_mode`` other than ``troll`` it behaves exactly like verl's sync trainer (used for the clip baselines).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from types import SimpleNamespace
+
+import ray
+from omegaconf import DictConfig, OmegaConf, open_dict
+from verl.trainer.ppo.v1.trainer_base import TRAINER_REGISTRY
+from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
+from verl.workers.engine_workers import ActorRolloutRefWorker, TrainingWorker
+
+from .config import TrollPolicyLossConfig
+from .plugin import TRAINER_NAME
+from .workers import TROLL_OLD_PASS_KEY, TROLL_UPDATE_KEY, TrollActorRolloutRefWorker, TrollTrainingWorker
+
+logger = logging.getLogger(__name__)
+logger.setLevel(os.getenv("VERL_LOGGING_LEVEL", "INFO"))
+
+__all__ = ["TrollTrainer", "register_trainer", "validate_troll_config", "troll_loss_enabled"]
+
+_SUPPORTED_STRATEGIES = ("fsdp", "fsdp2")
+
+
+def troll_loss_enabled(config: DictConfig) -> bool:
+    """True when ``actor_rollout_ref.actor.policy_loss.loss_mode`` is ``troll``."""
+    return OmegaConf.select(config, "actor_rollout_ref.actor.policy_loss.loss_mode") == "troll"
+
+
+def validate_troll_config(config: DictConfig) -> TrollPolicyLossConfig:
+    """Check that a full verl config can run TROLL; return the validated TROLL settings.
+
+    Raises:
+        ValueError: naming the setting to change, for every configuration TROLL cannot run.
+    """
+    from verl.utils.config import omega_conf_to_dataclass
+
+    from .config import troll_settings
+
+    actor = config.actor_rollout_ref.actor
+    if not OmegaConf.select(config, "trainer.use_v1", default=True):
+        raise ValueError("TROLL runs on verl's v1 trainer only; set trainer.use_v1=true.")
+    if OmegaConf.select(config, "algorithm.rollout_correction.bypass_mode", default=False):
+        raise ValueError(
+            "algorithm.rollout_correction.bypass_mode=true never recomputes old log-probs with the actor, so TROLL "
+            "gets no old token distribution to project onto. Set algorithm.rollout_correction.bypass_mode=false."
+        )
+    if OmegaConf.select(config, "actor_rollout_ref.model.use_fused_kernels", default=False):
+        raise ValueError(
+            "actor_rollout_ref.model.use_fused_kernels=true never materialises the logits TROLL needs for its "
+            "top-K supports. Set actor_rollout_ref.model.use_fused_kernels=false."
+        )
+    if actor.strategy not in _SUPPORTED_STRATEGIES:
+        raise ValueError(
+            f"TROLL's engine path supports actor_rollout_ref.actor.strategy in {list(_SUPPORTED_STRATEGIES)}, got "
+            f"{actor.strategy!r}. (The Megatron vocab-parallel functions are in troll_verl.megatron but not yet "
+            "wired to verl's Megatron engine.) Set actor_rollout_ref.actor.strategy=fsdp2."
+        )
+    if OmegaConf.select(config, "actor_rollout_ref.actor.fsdp_config.pad_to_length", default=False):
+        raise ValueError(
+            "actor_rollout_ref.actor.fsdp_config.pad_to_length=true pads packed sequences to a static length that "
+            "TROLL's response-row mapping does not know about. Set actor_rollout_ref.actor.pad_to_length=false."
+        )
+    if OmegaConf.select(config, "distillation.enabled", default=False):
+        raise ValueError(
+            "TROLL uses verl's top-K logits hook, which distillation also uses. Set distillation.enabled=false."
+        )
+    settings = troll_settings(SimpleNamespace(policy_loss=omega_conf_to_dataclass(actor.policy_loss)))
+    if settings.ratio_level == "sequence" and actor.loss_agg_mode != "seq-mean-token-mean":
+        logger.warning(
+            "TROLL with ratio_level=sequence (GSPO) is usually run with actor_rollout_ref.actor.loss_agg_mode="
+            "seq-mean-token-mean; got %s.",
+            actor.loss_agg_mode,
+        )
+    return settings
+
+
+class TrollTrainer(PPOTrainerSync):
+    """verl's sync PPO trainer with TROLL's pass flags (see the module docstring).
+
+    Args:
+        config: the full verl config (``ppo_trainer`` plus overrides).
+    """
+
+    def __init__(self, config: DictConfig):
+        # NOTE: verl keys sync-vs-async behaviour off trainer.v1.trainer_mode; this trainer is the sync one.
+        with open_dict(config):
+            config.trainer.v1.trainer_mode = "sync"
+        self.troll_enabled = troll_loss_enabled(config)
+        self.troll_settings = validate_troll_config(config) if self.troll_enabled else None
+        super().__init__(config)
+
+    def _init_resource_pool_mgr(self):
+        super()._init_resource_pool_mgr()
+        # verl's worker classes → TROLL's subclasses (identical unless TROLL's flags are set).
+        swap = {ActorRolloutRefWorker: TrollActorRolloutRefWorker, TrainingWorker: TrollTrainingWorker}
+        for role, remote_cls in list(self.role_worker_mapping.items()):
+            original = getattr(remote_cls, "__ray_actor_class__", remote_cls)
+            if original in swap:
+                self.role_worker_mapping[role] = ray.remote(swap[original])
+
+    def _compute_old_log_prob(self, batch, metrics: dict):
+        if not self.troll_enabled:
+            return super()._compute_old_log_prob(batch, metrics)
+        batch.extra_info[TROLL_OLD_PASS_KEY] = True
+        try:
+            out = super()._compute_old_log_prob(batch, metrics)
+        finally:
+            batch.extra_info[TROLL_OLD_PASS_KEY] = False
+        if out is not None and out is not batch:
+            out.extra_info[TROLL_OLD_PASS_KEY] = False
+        settings = self.troll_settings
+        metrics["troll/old_topk_bytes_per_token"] = float(
+            settings.topk * (4 + settings.value_dtype.itemsize) + 4
+        )
+        return out
+
+    def _compute_ref_log_prob(self, batch, metrics: dict):
+        # The reference pass (also LoRA's reference-through-actor pass) must never store TROLL's old top-K.
+        batch.extra_info[TROLL_OLD_PASS_KEY] = False
+        return super()._compute_ref_log_prob(batch, metrics)
+
+    def _update_actor(self, batch, metrics: dict):
+        if not self.troll_enabled:
+            return super()._update_actor(batch, metrics)
+        batch.extra_info[TROLL_UPDATE_KEY] = True
+        try:
+            return super()._update_actor(batch, metrics)
+        finally:
+            batch.extra_info[TROLL_UPDATE_KEY] = False
+
+
+def register_trainer() -> None:
+    """Register :class:`TrollTrainer` as verl's v1 trainer ``troll`` (refusing a name taken by another class)."""
+    from verl.trainer.ppo.v1.trainer_base import register_trainer as _register
+
+    existing = TRAINER_REGISTRY.get(TRAINER_NAME)
+    if existing is not None and existing is not TrollTrainer:
+        raise RuntimeError(
+            f"verl's trainer registry already has {TRAINER_NAME!r} ({existing.__module__}.{existing.__qualname__}); "
+            "uninstall the other plugin."
+        )
+    _register(TRAINER_NAME)(TrollTrainer)
+
+
+register_trainer()

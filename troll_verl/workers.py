@@ -1,0 +1,99 @@
+# Copyright 2026 The troll-verl authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""TROLL's verl worker classes: verl's own workers plus the flags of TROLL's two passes.
+
+:class:`TrollActorRolloutRefWorker` is verl's ``ActorRolloutRefWorker`` with three additions, all inert unless the
+trainer asks for them:
+
+- ``init_model`` installs :class:`~troll_verl.loss_fn.TrollLossFn` on the actor when ``loss_mode=troll``;
+- ``compute_log_prob`` with ``troll_store_old_topk`` (set by TROLL's trainer on the old-log-prob pass only) turns
+  on verl's logits hook so the old policy's top-K is stored with ``old_log_probs``; a reference pass
+  (``no_lora_adapter``) asking for it is refused, so it can never overwrite the old policy's data;
+- ``update_actor`` with ``troll_update`` turns on the logits hook (``distillation_use_topk``) and skips verl's own
+  log-prob on those logits (``distillation_only``: nothing else reads or overwrites the saved logits).
+
+Both worker classes also initialise a ``gloo`` process group first on the CPU platform (see
+:func:`troll_verl.platform.cpu.init_cpu_process_group`).
+"""
+
+from __future__ import annotations
+
+from tensordict import TensorDict
+from verl.single_controller.base.decorator import Dispatch, make_nd_compute_dataproto_dispatch_fn, register
+from verl.utils import tensordict_utils as tu
+from verl.utils.config import omega_conf_to_dataclass
+from verl.workers.engine_workers import ActorRolloutRefWorker, TrainingWorker
+
+from .loss_fn import TROLL_MODE_KEY, TrollLossFn
+from .platform.cpu import init_cpu_process_group
+
+__all__ = ["TrollActorRolloutRefWorker", "TrollTrainingWorker", "TROLL_OLD_PASS_KEY", "TROLL_UPDATE_KEY"]
+
+# Non-tensor flags set by TROLL's trainer on the KVBatchMeta of the old-log-prob and update passes.
+TROLL_OLD_PASS_KEY = "troll_store_old_topk"
+TROLL_UPDATE_KEY = "troll_update"
+
+
+def troll_enabled(actor_config) -> bool:
+    """True when the actor config selects ``loss_mode=troll``."""
+    return actor_config.policy_loss.get("loss_mode", "vanilla") == "troll"
+
+
+class TrollTrainingWorker(TrainingWorker):
+    """verl's ``TrainingWorker`` (critic, standalone actor); on the CPU platform it creates a gloo group first."""
+
+    def __init__(self, config):
+        init_cpu_process_group()
+        super().__init__(config)
+
+
+class TrollActorRolloutRefWorker(ActorRolloutRefWorker):
+    """verl's ``ActorRolloutRefWorker`` plus TROLL's pass flags (see the module docstring)."""
+
+    def __init__(self, config, role: str, distillation_config=None, **kwargs):
+        init_cpu_process_group()
+        super().__init__(config, role, distillation_config=distillation_config, **kwargs)
+        self.troll_loss_fn: TrollLossFn | None = None
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def init_model(self):
+        super().init_model()
+        if self._is_actor and troll_enabled(self.config.actor):
+            self.troll_loss_fn = TrollLossFn(omega_conf_to_dataclass(self.config.actor))
+            self.loss_fn = self.troll_loss_fn
+            self.actor.set_loss_fn(self.troll_loss_fn)
+
+    @register(dispatch_mode=make_nd_compute_dataproto_dispatch_fn(mesh_name="actor"))
+    def compute_log_prob(self, data: TensorDict) -> TensorDict:
+        if tu.get_non_tensor_data(data=data, key=TROLL_OLD_PASS_KEY, default=False):
+            if tu.get_non_tensor_data(data=data, key="no_lora_adapter", default=False):
+                raise RuntimeError(
+                    "A reference pass (no_lora_adapter=True) asked to store TROLL's old top-K; it would overwrite "
+                    "the old policy's distribution. The trainer must clear troll_store_old_topk before the "
+                    "reference pass."
+                )
+            if self.troll_loss_fn is None:
+                raise RuntimeError("TROLL's old-top-K pass needs loss_mode=troll on the actor (init_model).")
+            tu.assign_non_tensor(data, compute_loss=True, distillation_use_topk=True, **{TROLL_MODE_KEY: "old"})
+        return super().compute_log_prob(data)
+
+    @register(dispatch_mode=make_nd_compute_dataproto_dispatch_fn(mesh_name="actor"))
+    def update_actor(self, data: TensorDict) -> TensorDict:
+        if tu.get_non_tensor_data(data=data, key=TROLL_UPDATE_KEY, default=False):
+            if self.troll_loss_fn is None:
+                raise RuntimeError("TROLL's update pass needs loss_mode=troll on the actor (init_model).")
+            tu.assign_non_tensor(
+                data, distillation_use_topk=True, distillation_only=True, **{TROLL_MODE_KEY: "update"}
+            )
+        return super().update_actor(data)
