@@ -1,0 +1,174 @@
+# Copyright 2026 The troll-verl authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Helpers for tests on verl's real FSDP2 engine, in-process on CPU: tiny Qwen2 models, configs, v1-style batches."""
+
+from __future__ import annotations
+
+import os
+import socket
+
+import torch
+import torch.distributed as dist
+from hydra import compose, initialize_config_dir
+from omegaconf import DictConfig
+
+import troll_verl
+
+# CPU settings that make verl's FSDP2 engine exact on CPU (see troll_verl/platform/cpu.py).
+CPU_OVERRIDES = [
+    "actor_rollout_ref.actor.strategy=fsdp2",
+    "actor_rollout_ref.ref.strategy=fsdp2",
+    "actor_rollout_ref.actor.use_torch_compile=False",
+    "actor_rollout_ref.ref.use_torch_compile=False",
+    "+actor_rollout_ref.model.override_config.attn_implementation=sdpa",
+    "+actor_rollout_ref.actor.fsdp_config.mixed_precision={param_dtype:fp32,reduce_dtype:fp32,buffer_dtype:fp32}",
+    "actor_rollout_ref.actor.fsdp_config.model_dtype=fp32",
+    "actor_rollout_ref.model.enable_gradient_checkpointing=False",
+    "actor_rollout_ref.rollout.n=1",
+    "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
+    "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=2",
+    "actor_rollout_ref.actor.optim.lr=1e-2",
+    "actor_rollout_ref.actor.optim.weight_decay=0.0",
+    "actor_rollout_ref.actor.grad_clip=1000.0",
+    "actor_rollout_ref.actor.optim.clip_grad=1000.0",
+]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def init_single_process_group() -> None:
+    """A world-size-1 gloo group for in-process engines (what verl's Ray workers would set up)."""
+    if dist.is_initialized():
+        return
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
+    dist.init_process_group("gloo", rank=0, world_size=1)
+
+
+def tiny_model_dir(path: str, vocab: int = 128, layers: int = 2, seed: int = 0, mix_positions: bool = True) -> str:
+    """Save a random tiny Qwen2 (fp32) to ``path`` and return it.
+
+    ``mix_positions=False`` zeroes every attention output projection, so each position's logits depend on its own
+    token only (used to test sequence-parallel bookkeeping without a sequence-parallel attention kernel).
+    """
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    cfg = Qwen2Config(
+        vocab_size=vocab,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        tie_word_embeddings=False,
+    )
+    torch.manual_seed(seed)
+    model = Qwen2ForCausalLM(cfg)
+    with torch.no_grad():  # peakier than the default init, so the mass rule keeps a few tokens
+        model.lm_head.weight.mul_(40.0)
+        if not mix_positions:
+            for layer in model.model.layers:
+                layer.self_attn.o_proj.weight.zero_()
+    model.save_pretrained(path)
+    return path
+
+
+def compose_config(model_path: str, *overrides: str) -> DictConfig:
+    """troll_trainer.yaml (verl's ppo_trainer + TROLL) with CPU settings and ``overrides``."""
+    config_dir = os.path.join(os.path.dirname(troll_verl.__file__), "config")
+    with initialize_config_dir(config_dir=config_dir, version_base=None):
+        return compose(
+            "troll_trainer",
+            overrides=[f"actor_rollout_ref.model.path={model_path}", *CPU_OVERRIDES, *overrides],
+        )
+
+
+def make_actor_worker(config: DictConfig, role: str = "actor"):
+    """TROLL's ``ActorRolloutRefWorker`` subclass, in this process, with its model initialised."""
+    from troll_verl.workers import TrollActorRolloutRefWorker
+
+    init_single_process_group()
+    worker = TrollActorRolloutRefWorker(config.actor_rollout_ref, role=role)
+    worker.init_model()
+    return worker
+
+
+def make_batch(vocab: int, prompt_lens, response_lens, seed: int = 0):
+    """A batch in verl v1's TransferQueue layout: nested prompts/responses/input_ids/position_ids/masks."""
+    from verl.utils import tensordict_utils as tu
+
+    g = torch.Generator().manual_seed(seed)
+    fields = []
+    for p, r in zip(prompt_lens, response_lens, strict=True):
+        prompts = torch.randint(0, vocab, (p,), generator=g)
+        responses = torch.randint(0, vocab, (r,), generator=g)
+        input_ids = torch.cat([prompts, responses])
+        fields.append(
+            {
+                "prompts": prompts,
+                "responses": responses,
+                "response_mask": torch.ones(r, dtype=torch.int64),
+                "loss_mask": torch.ones(r, dtype=torch.int64),
+                "input_ids": input_ids,
+                "position_ids": torch.arange(p + r),
+            }
+        )
+    nested = {
+        key: torch.nested.as_nested_tensor([f[key] for f in fields], layout=torch.jagged) for key in fields[0]
+    }
+    return tu.get_tensordict(nested)
+
+
+def old_pass(worker, batch, temperature: float, store: bool = True, **flags):
+    """The old-log-prob pass as TROLL's trainer issues it (``store=False``: a reference-style pass)."""
+    from verl.utils import tensordict_utils as tu
+
+    data = batch.clone()
+    tu.assign_non_tensor(
+        data, calculate_entropy=True, compute_loss=False, temperature=temperature, troll_store_old_topk=store, **flags
+    )
+    return worker.compute_log_prob(data)
+
+
+def update_batch(batch, old_output, advantages: torch.Tensor, temperature: float, mini_batch_size: int):
+    """The update pass's input: the batch plus the old pass's outputs, as verl's trainer assembles it."""
+    from verl.utils import tensordict_utils as tu
+    from verl.workers.utils.padding import response_from_nested
+
+    data = batch.clone()
+    data["old_log_probs"] = response_from_nested(old_output["log_probs"], batch["response_mask"])
+    for key in old_output.keys():
+        if key.startswith("troll_old_"):
+            data[key] = old_output[key]
+    lens = batch["response_mask"].offsets().diff()
+    data["advantages"] = torch.nested.as_nested_tensor(
+        [advantages[i, : int(n)].float() for i, n in enumerate(lens)], layout=torch.jagged
+    )
+    tu.assign_non_tensor(
+        data,
+        calculate_entropy=False,
+        temperature=temperature,
+        global_batch_size=mini_batch_size,
+        mini_batch_size=mini_batch_size,
+        epochs=1,
+        seed=0,
+        dataloader_kwargs={"shuffle": False},
+        troll_update=True,
+    )
+    return data

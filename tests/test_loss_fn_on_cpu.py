@@ -1,0 +1,68 @@
+# Copyright 2026 The troll-verl authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Tests of troll_verl.loss_fn's guard rails (the happy paths run on the real engine in test_workers_on_cpu)."""
+
+import pytest
+import torch
+from _verl_engine import make_batch
+from verl.utils import tensordict_utils as tu
+from verl.utils.metric import AggregationType
+from verl.workers.config import FSDPActorConfig
+
+from troll_verl.config import TrollPolicyLossConfig
+from troll_verl.loss_fn import TROLL_MODE_KEY, TrollLossFn, _aggregation
+
+
+def _loss_fn(strategy="fsdp2"):
+    config = FSDPActorConfig(
+        strategy=strategy, rollout_n=1, ppo_micro_batch_size_per_gpu=1, policy_loss=TrollPolicyLossConfig()
+    )
+    return TrollLossFn(config)
+
+
+def _batch(mode=None):
+    batch = make_batch(50, [2, 3], [3, 2])
+    if mode is not None:
+        tu.assign_non_tensor(batch, **{TROLL_MODE_KEY: mode})
+    return batch
+
+
+def test_call_outside_troll_passes_names_the_fix():
+    with pytest.raises(RuntimeError, match="trainer.v1.trainer_mode=troll"):
+        _loss_fn()(model_output={}, data=_batch(), dp_group=None)
+
+
+def test_missing_logits_hook_is_reported_as_fused_kernels():
+    with pytest.raises(RuntimeError, match="use_fused_kernels=False"):
+        _loss_fn()(model_output={}, data=_batch("old"), dp_group=None)
+    with pytest.raises(RuntimeError, match="use_fused_kernels=False"):
+        _loss_fn()(model_output={}, data=_batch("update"), dp_group=None)
+
+
+def test_unsupported_strategy_is_named():
+    fn = _loss_fn()
+    object.__setattr__(fn.config, "strategy", "veomni")
+    with pytest.raises(NotImplementedError, match="strategy=fsdp2"):
+        fn(student_logits=torch.zeros(1, 5, 50), data=_batch("old"))
+
+
+def test_update_without_old_pass_fields_is_refused():
+    with pytest.raises(ValueError, match="old-log-prob pass"):
+        _loss_fn()(student_logits=torch.zeros(1, 10, 50), data=_batch("update"))
+
+
+def test_metric_aggregation():
+    assert _aggregation("troll/kl_after_max", AggregationType.SUM) == AggregationType.MAX
+    assert _aggregation("troll/pg_loss", AggregationType.SUM) == AggregationType.SUM
+    assert _aggregation("troll/kl_before", AggregationType.SUM) == AggregationType.MEAN

@@ -1,0 +1,157 @@
+# Copyright 2026 The troll-verl authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Tests of troll_verl.plugin: entry point, import hooks, version guard, collisions, CPU-platform gating.
+
+verl swallows plugin import errors at DEBUG level, so each behaviour is checked in a fresh interpreter.
+"""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+
+def _run(code: str, **env) -> subprocess.CompletedProcess:
+    full_env = {k: v for k, v in os.environ.items() if k not in ("VERL_PLATFORM",)}
+    full_env.update(env)
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=full_env, timeout=180
+    )
+
+
+def _ok(result: subprocess.CompletedProcess) -> str:
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stdout
+
+
+def test_import_verl_alone_registers_loss_and_trainer():
+    out = _ok(
+        _run(
+            """
+            import verl
+            from verl.trainer.ppo.core_algos import get_policy_loss_fn
+            from verl.trainer.ppo.v1 import get_trainer_cls
+            print(get_policy_loss_fn("troll").__module__, get_trainer_cls("troll").__name__)
+            """
+        )
+    )
+    assert out.split() == ["troll_verl.plugin", "TrollTrainer"]
+
+
+def test_import_verl_stays_cheap():
+    """The entry point registers lazily: plain `import verl` pulls in neither the trainer nor the loss modules."""
+    out = _ok(
+        _run(
+            """
+            import sys, verl
+            heavy = ["verl.trainer.ppo.v1.trainer_base", "verl.trainer.ppo.core_algos", "troll_verl.losses",
+                     "troll_verl.trainer"]
+            print([m for m in heavy if m in sys.modules], "troll_verl.plugin" in sys.modules)
+            """
+        )
+    )
+    assert out.strip() == "[] True"
+
+
+def test_external_modules_alternative():
+    """VERL_USE_EXTERNAL_MODULES=troll_verl.plugin works with entry-point discovery switched off."""
+    out = _ok(
+        _run(
+            """
+            import verl
+            from verl.trainer.ppo.core_algos import get_policy_loss_fn
+            print(get_policy_loss_fn("troll").__name__)
+            """,
+            VERL_USE_EXTERNAL_PLUGINS="none",
+            VERL_USE_EXTERNAL_MODULES="troll_verl.plugin",
+        )
+    )
+    assert out.strip() == "troll_policy_loss"
+    missing = _run(
+        """
+        import verl
+        from verl.trainer.ppo.core_algos import get_policy_loss_fn
+        get_policy_loss_fn("troll")
+        """,
+        VERL_USE_EXTERNAL_PLUGINS="none",
+    )
+    assert missing.returncode != 0 and "Unsupported loss mode: troll" in missing.stderr
+
+
+def test_registered_loss_called_by_plain_ppo_loss_names_the_fix():
+    from verl.trainer.ppo.core_algos import get_policy_loss_fn
+
+    import troll_verl.plugin  # noqa: F401
+
+    with pytest.raises(ValueError, match="trainer.v1.trainer_mode=troll"):
+        get_policy_loss_fn("troll")(None, None, None, None, config=object())
+
+
+def test_version_guard_names_the_range():
+    from troll_verl.plugin import VerlVersionError, check_verl_version
+
+    assert check_verl_version("0.9.1") == "0.9.1"
+    for bad in ("0.8.2", "0.10.0", "1.0.0"):
+        with pytest.raises(VerlVersionError, match=r">=0\.9\.0 <0\.10.*found verl " + bad.replace(".", r"\.")):
+            check_verl_version(bad)
+
+
+def test_policy_loss_name_collision_is_refused():
+    out = _run(
+        """
+        from verl.trainer.ppo import core_algos
+        core_algos.register_policy_loss("troll")(lambda *a, **k: None)
+        import troll_verl.plugin as p
+        p._register_policy_loss(core_algos)
+        """
+    )
+    assert out.returncode != 0 and "already has 'troll'" in out.stderr and "overwrite" in out.stderr
+
+
+def test_trainer_name_collision_is_refused():
+    out = _run(
+        """
+        from verl.trainer.ppo.v1.trainer_base import TRAINER_REGISTRY, PPOTrainer
+        import troll_verl.trainer as t
+        class Other(PPOTrainer):
+            pass
+        TRAINER_REGISTRY["troll"] = Other
+        t.register_trainer()
+        """
+    )
+    assert out.returncode != 0 and "trainer registry already has 'troll'" in out.stderr
+
+
+def test_cpu_platform_only_with_the_switch():
+    code = """
+        import verl
+        from verl.plugin.platform import PlatformRegistry
+        from verl.workers.engine import EngineRegistry
+        print(PlatformRegistry.get("cpu") is not None, "cpu" in EngineRegistry._engines["language_model"]["fsdp2"])
+        """
+    assert _ok(_run(code)).split() == ["False", "False"]
+    assert _ok(_run(code, VERL_PLATFORM="cpu")).split() == ["True", "True"]
+
+
+def test_cpu_platform_is_never_auto_detected():
+    from troll_verl.platform.cpu import make_platform_cls
+
+    platform = make_platform_cls()()
+    assert not platform.is_platform_available(use_smi_check=True) and platform.is_available()
+    assert platform.device_name == "cpu" and platform.communication_backend_name() == "gloo"
+    assert str(platform.current_device()) == "cpu" and platform.device_module.max_memory_allocated() == 0
+    free, total = platform.device_module.mem_get_info()
+    assert 0 < free <= total

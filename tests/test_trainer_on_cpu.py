@@ -1,0 +1,120 @@
+# Copyright 2026 The troll-verl authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Tests of troll_verl.trainer: refusals (each message checked), pass flags, worker classes, config path."""
+
+from types import SimpleNamespace
+
+import pytest
+import ray
+from _verl_engine import compose_config
+from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
+from verl.utils.config import omega_conf_to_dataclass
+from verl.workers.engine_workers import ActorRolloutRefWorker, TrainingWorker
+
+from troll_verl.config import TrollPolicyLossConfig
+from troll_verl.trainer import TrollTrainer, validate_troll_config
+from troll_verl.workers import TROLL_OLD_PASS_KEY, TROLL_UPDATE_KEY, TrollActorRolloutRefWorker, TrollTrainingWorker
+
+
+@pytest.mark.parametrize(
+    "override, match",
+    [
+        ("algorithm.rollout_correction.bypass_mode=true", r"bypass_mode=true never recomputes old log-probs"),
+        ("actor_rollout_ref.model.use_fused_kernels=true", r"use_fused_kernels=false"),
+        ("actor_rollout_ref.actor.strategy=megatron", r"strategy=fsdp2"),
+        ("actor_rollout_ref.actor.pad_to_length=true", r"pad_to_length=false"),
+        ("distillation.enabled=true", r"distillation.enabled=false"),
+        ("trainer.use_v1=false", r"trainer.use_v1=true"),
+        ("actor_rollout_ref.actor.policy_loss.kl_bound=-1", r"policy_loss\.kl_bound must be a finite float > 0"),
+        ("actor_rollout_ref.actor.policy_loss.topk=0", r"policy_loss\.topk must be an int >= 1"),
+        ("actor_rollout_ref.actor.policy_loss.tail=drop", r"policy_loss\.tail must be one of"),
+    ],
+)
+def test_refusals_name_the_setting(override, match):
+    with pytest.raises(Exception, match=match):
+        validate_troll_config(compose_config("/nonexistent", override))
+
+
+def test_troll_trainer_yaml_and_cli_overrides():
+    cfg = compose_config("/nonexistent", "actor_rollout_ref.actor.policy_loss.kl_bound=0.2", "algorithm.adv_estimator=grpo")
+    assert cfg.trainer.v1.trainer_mode == "troll"
+    settings = validate_troll_config(cfg)
+    assert isinstance(settings, TrollPolicyLossConfig) and settings.kl_bound == 0.2 and settings.topk == 64
+    actor = omega_conf_to_dataclass(cfg.actor_rollout_ref.actor)
+    assert isinstance(actor.policy_loss, TrollPolicyLossConfig) and actor.policy_loss.kl_bound == 0.2
+
+
+def test_plain_verl_config_with_loss_mode_troll_uses_paper_defaults():
+    """verl's stock ppo_trainer config plus loss_mode=troll (no _target_): TROLL runs with the paper's settings."""
+    import os
+
+    import verl.trainer
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(os.path.join(os.path.dirname(verl.trainer.__file__), "config"), version_base=None):
+        cfg = compose("ppo_trainer", overrides=["actor_rollout_ref.actor.policy_loss.loss_mode=troll"])
+    settings = validate_troll_config(cfg)
+    assert isinstance(settings, TrollPolicyLossConfig)
+    assert (settings.kl_bound, settings.alpha, settings.topk, settings.mass_delta) == (0.05, 1.0, 64, 1e-5)
+
+
+class _Batch(SimpleNamespace):
+    pass
+
+
+def _trainer(troll=True):
+    trainer = object.__new__(TrollTrainer)
+    trainer.troll_enabled = troll
+    trainer.troll_settings = TrollPolicyLossConfig()
+    return trainer
+
+
+def test_old_pass_flag_is_set_only_during_the_old_pass(monkeypatch):
+    seen = {}
+
+    def record(name):
+        def fn(self, batch, metrics):
+            seen[name] = (batch.extra_info.get(TROLL_OLD_PASS_KEY), batch.extra_info.get(TROLL_UPDATE_KEY))
+            return batch
+
+        return fn
+
+    for name in ("_compute_old_log_prob", "_compute_ref_log_prob", "_update_actor"):
+        monkeypatch.setattr(PPOTrainerSync, name, record(name))
+    trainer, batch, metrics = _trainer(), _Batch(extra_info={}), {}
+    trainer._compute_old_log_prob(batch, metrics)
+    assert seen["_compute_old_log_prob"][0] is True and batch.extra_info[TROLL_OLD_PASS_KEY] is False
+    assert metrics["troll/old_topk_bytes_per_token"] == 64 * 8 + 4
+    batch.extra_info[TROLL_OLD_PASS_KEY] = True  # even a stale flag is cleared before the reference pass
+    trainer._compute_ref_log_prob(batch, metrics)
+    assert seen["_compute_ref_log_prob"][0] is False
+    trainer._update_actor(batch, metrics)
+    assert seen["_update_actor"][1] is True and batch.extra_info[TROLL_UPDATE_KEY] is False
+
+    seen.clear()
+    plain = _trainer(troll=False)  # loss_mode != troll: exactly verl's sync trainer
+    plain._compute_old_log_prob(_Batch(extra_info={}), {})
+    plain._update_actor(_Batch(extra_info={}), {})
+    assert seen["_compute_old_log_prob"] == (None, None) and seen["_update_actor"] == (None, None)
+
+
+def test_worker_classes_are_swapped(monkeypatch):
+    def base(self):
+        self.role_worker_mapping = {"actor": ray.remote(ActorRolloutRefWorker), "critic": ray.remote(TrainingWorker)}
+
+    monkeypatch.setattr(PPOTrainerSync, "_init_resource_pool_mgr", base)
+    trainer = _trainer()
+    trainer._init_resource_pool_mgr()
+    assert trainer.role_worker_mapping["actor"].__ray_actor_class__ is TrollActorRolloutRefWorker
+    assert trainer.role_worker_mapping["critic"].__ray_actor_class__ is TrollTrainingWorker
