@@ -32,7 +32,7 @@ from troll_verl.workers import TROLL_OLD_PASS_KEY, TROLL_UPDATE_KEY, TrollActorR
     [
         ("algorithm.rollout_correction.bypass_mode=true", r"bypass_mode=true never recomputes old log-probs"),
         ("actor_rollout_ref.model.use_fused_kernels=true", r"use_fused_kernels=false"),
-        ("actor_rollout_ref.actor.strategy=megatron", r"strategy=fsdp2"),
+        ("actor_rollout_ref.actor.strategy=veomni", r"strategy=fsdp2"),
         ("actor_rollout_ref.actor.pad_to_length=true", r"pad_to_length=false"),
         ("distillation.enabled=true", r"distillation.enabled=false"),
         ("trainer.use_v1=false", r"trainer.use_v1=true"),

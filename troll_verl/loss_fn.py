@@ -97,6 +97,7 @@ class TrollLossFn:
         data: TensorDict | None = None,
         dp_group=None,
         student_logits: torch.Tensor | None = None,
+        data_format: str = "thd",
     ):
         mode = tu.get_non_tensor_data(data=data, key=TROLL_MODE_KEY, default=None)
         if mode not in ("old", "update"):
@@ -106,7 +107,7 @@ class TrollLossFn:
             )
         backend = _backend(self.config.strategy)
         if student_logits is not None:
-            return self._logits_hook(backend, student_logits, data, mode)
+            return self._logits_hook(backend, student_logits, data, mode, data_format)
         if mode == "old":
             return self._old_pass_output(model_output, data)
         return self._update_loss(model_output, data)
@@ -114,25 +115,38 @@ class TrollLossFn:
     # ---------------------------------------------------------------------------------------------------------
     # (a) inside the forward pass
     # ---------------------------------------------------------------------------------------------------------
-    def _logits_hook(self, backend, student_logits, data, mode) -> dict[str, torch.Tensor]:
+    def _logits_hook(self, backend, student_logits, data, mode, data_format) -> dict[str, torch.Tensor]:
         if mode == "old":
-            # K-wide tensors cannot travel through the per-token hook; they are attached in the final call.
-            self._pending = backend.compute_troll_old_topk(student_logits, data, self.settings)
+            old = backend.compute_troll_old_topk(student_logits, data, self.settings, data_format)
+            if backend.OLD_PASS_THROUGH_HOOK:
+                return old  # Megatron: per-row (1, L, K) tensors, gathered and nested by the engine
+            # FSDP's hook carries per-row scalars only: attach the K-wide tensors in the final call.
+            self._pending = old
             return {}
-        outputs, self._solver_iters = backend.compute_troll_token_terms(student_logits, data, self.settings)
+        outputs, self._solver_iters = backend.compute_troll_token_terms(
+            student_logits, data, self.settings, data_format
+        )
         return outputs
 
     # ---------------------------------------------------------------------------------------------------------
     # (b) after the forward pass
     # ---------------------------------------------------------------------------------------------------------
     def _old_pass_output(self, model_output: dict, data: TensorDict):
+        from .fsdp.losses import OLD_FIELDS, response_lengths, response_rows
+
         pending, self._pending = self._pending, None
+        if pending is None and all(k in model_output for k in OLD_FIELDS):
+            # through the hook (Megatron): full-sequence rows → response-aligned rows, as old_log_probs are stored
+            rows = response_rows(data)
+            pending = {}
+            for key in OLD_FIELDS:
+                values = model_output.pop(key).values()
+                pending[key] = values[rows.to(values.device)]
         if pending is None:
             raise RuntimeError(
                 "TROLL's old-log-prob pass produced no logits: the engine did not call the logits hook. "
                 "use_fused_kernels=True never materialises logits; set actor_rollout_ref.model.use_fused_kernels=False."
             )
-        from .fsdp.losses import response_lengths
 
         lengths = response_lengths(data)
         offsets = torch.cat([lengths.new_zeros(1), torch.cumsum(lengths, 0)]).to(next(iter(pending.values())).device)

@@ -173,10 +173,12 @@ class _Workspace:
         self.rows, self.vocab, self.dtype, self.device = rows, vocab, dtype, device
         self._bufs: dict[str, torch.Tensor] = {}
 
-    def get(self, name: str, rows: int) -> torch.Tensor:
-        buf = self._bufs.get(name)
+    def get(self, name: str, rows: int, width: int | None = None) -> torch.Tensor:
+        """A ``(rows, width)`` view of buffer ``name`` (``width`` defaults to the vocabulary size)."""
+        width = self.vocab if width is None else width
+        buf = self._bufs.get((name, width))
         if buf is None:
-            buf = self._bufs[name] = torch.empty((self.rows, self.vocab), dtype=self.dtype, device=self.device)
+            buf = self._bufs[(name, width)] = torch.empty((self.rows, width), dtype=self.dtype, device=self.device)
         return buf[:rows]
 
     def as_compute(self, x: torch.Tensor) -> torch.Tensor:
@@ -344,30 +346,38 @@ def _forward_chunk(z, p, k, mass_delta, log_floor, old_ids, old_lp, sampled, sam
     return ids, old, valid, count, new, _tail_logprob(p, safe)
 
 
-def _sparse_forward(chunk_logits, N, V, k, mass_delta, log_floor, old_ids, old_lp, sampled, sampled_old_lp, step, cdt):
-    """Stream :func:`_forward_chunk` over token chunks; ``chunk_logits(r0, r1, ws)`` yields ``(c, V)`` logits."""
+def _sparse_forward(
+    chunk_logits, N, V, k, mass_delta, log_floor, old_ids, old_lp, sampled, sampled_old_lp, step, cdt,
+    forward_chunk=_forward_chunk, extra_row_outputs: int = 0, workspace_width: int | None = None,
+):  # fmt: skip
+    """Stream ``forward_chunk`` (default :func:`_forward_chunk`) over token chunks.
+
+    ``chunk_logits(r0, r1, ws)`` yields the chunk's ``(c, V)`` logits. ``forward_chunk`` returns ids, old, valid,
+    count, new, tail and then ``extra_row_outputs`` more per-row ``(c,)`` tensors (e.g. the vocab-parallel LSE).
+    Returns the union-width-trimmed ``ids, old, valid, new`` ``(N, S)``, ``tail (N,)`` and the extras.
+    """
     dev = sampled.device
     C = old_ids.shape[1] + k + 1
-    bufs = (
+    bufs = [
         torch.empty((N, C), dtype=torch.long, device=dev),  # ids
         torch.empty((N, C), dtype=cdt, device=dev),  # old
         torch.empty((N, C), dtype=torch.bool, device=dev),  # valid
         torch.zeros(N, dtype=torch.long, device=dev),  # count
         torch.empty((N, C), dtype=cdt, device=dev),  # new
         torch.empty(N, dtype=cdt, device=dev),  # tail_raw
-    )
+    ] + [torch.empty(N, dtype=cdt, device=dev) for _ in range(extra_row_outputs)]
     ws = _Workspace(min(step, N), V, cdt, dev)
     for r0 in range(0, N, step):
         r1 = min(r0 + step, N)
-        out = _forward_chunk(
-            chunk_logits(r0, r1, ws), ws.get("p", r1 - r0), k, mass_delta, log_floor,
+        out = forward_chunk(
+            chunk_logits(r0, r1, ws), ws.get("p", r1 - r0, workspace_width), k, mass_delta, log_floor,
             old_ids[r0:r1], old_lp[r0:r1], sampled[r0:r1], sampled_old_lp[r0:r1],
         )  # fmt: skip
         for buf, val in zip(bufs, out, strict=True):
             buf[r0:r1] = val
-    ids, old, valid, count, new, tail_raw = bufs
+    ids, old, valid, count, new, tail_raw, *extra = bufs
     width = max(int(count.max().item()) if N > 0 else 1, 1)
-    return ids[:, :width], old[:, :width], valid[:, :width], new[:, :width], tail_raw
+    return (ids[:, :width], old[:, :width], valid[:, :width], new[:, :width], tail_raw, *extra)
 
 
 def _grad_chunk(z, safe, valid, g_new, g_tail_eff, tail_raw, new_lp, out):
@@ -383,11 +393,14 @@ def _grad_chunk(z, safe, valid, g_new, g_tail_eff, tail_raw, new_lp, out):
     return grad
 
 
-def _sparse_backward(chunk_logits, target, consume, N, V, step, saved, g_new, g_tail, log_floor):
-    """Stream :func:`_grad_chunk` over token chunks.
+def _sparse_backward(
+    chunk_logits, target, consume, N, V, step, saved, g_new, g_tail, log_floor, grad_chunk=_grad_chunk, row_extras=()
+):
+    """Stream ``grad_chunk`` (default :func:`_grad_chunk`) over token chunks.
 
     ``chunk_logits(slice, ws)`` yields the chunk's logits, ``target(slice, ws)`` the ``(c, V)`` tensor to write
-    its gradient into, and ``consume(slice, grad)`` takes the result.
+    its gradient into, and ``consume(slice, grad)`` takes the result. ``row_extras`` are further per-row tensors
+    passed (sliced) to ``grad_chunk`` after the standard arguments.
     """
     ids, valid, new, tail_raw, sampled = saved
     cdt = new.dtype
@@ -400,7 +413,9 @@ def _sparse_backward(chunk_logits, target, consume, N, V, step, saved, g_new, g_
         sl = slice(r0, min(r0 + step, N))
         z = chunk_logits(sl, ws)
         out = target(sl, ws)
-        grad = _grad_chunk(z, safe[sl], valid[sl], g_new[sl], g_tail_eff[sl], tail_raw[sl], new[sl], out)
+        grad = grad_chunk(
+            z, safe[sl], valid[sl], g_new[sl], g_tail_eff[sl], tail_raw[sl], new[sl], out, *(t[sl] for t in row_extras)
+        )
         consume(sl, grad)
 
 

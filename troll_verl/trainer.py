@@ -47,7 +47,7 @@ logger.setLevel(os.getenv("VERL_LOGGING_LEVEL", "INFO"))
 
 __all__ = ["TrollTrainer", "register_trainer", "validate_troll_config", "troll_loss_enabled"]
 
-_SUPPORTED_STRATEGIES = ("fsdp", "fsdp2")
+_SUPPORTED_STRATEGIES = ("fsdp", "fsdp2", "megatron")
 
 
 def troll_loss_enabled(config: DictConfig) -> bool:
@@ -81,8 +81,13 @@ def validate_troll_config(config: DictConfig) -> TrollPolicyLossConfig:
     if actor.strategy not in _SUPPORTED_STRATEGIES:
         raise ValueError(
             f"TROLL's engine path supports actor_rollout_ref.actor.strategy in {list(_SUPPORTED_STRATEGIES)}, got "
-            f"{actor.strategy!r}. (The Megatron vocab-parallel functions are in troll_verl.megatron but not yet "
-            "wired to verl's Megatron engine.) Set actor_rollout_ref.actor.strategy=fsdp2."
+            f"{actor.strategy!r}. Set actor_rollout_ref.actor.strategy=fsdp2 (or megatron)."
+        )
+    if actor.strategy == "megatron":
+        logger.warning(
+            "TROLL on the Megatron engine: the vocab-parallel and context-parallel code is tested against the "
+            "single-rank result (megatron-core parallel state, gloo, CPU), but this release has not yet been run on "
+            "verl's full Megatron engine; check troll/* metrics on your first steps."
         )
     if OmegaConf.select(config, "actor_rollout_ref.actor.fsdp_config.pad_to_length", default=False):
         raise ValueError(

@@ -41,6 +41,7 @@ from ..losses import troll_token_terms
 from ..sparse import OldTopK, old_topk_from_logits, troll_sparse_from_logits
 
 __all__ = [
+    "OLD_PASS_THROUGH_HOOK",
     "compute_troll_old_topk",
     "compute_troll_token_terms",
     "response_rows",
@@ -51,6 +52,8 @@ __all__ = [
 
 # Response-aligned fields written by the old-log-prob pass: ids (R, K) int32, logprobs (R, K), tail (R,) fp32.
 OLD_FIELDS = ("troll_old_ids", "troll_old_logprobs", "troll_old_tail")
+# FSDP's logits hook only carries per-row scalars: the K-wide old top-K is attached in the final loss call.
+OLD_PASS_THROUGH_HOOK = False
 
 
 def response_lengths(data: TensorDict) -> torch.Tensor:
@@ -115,7 +118,7 @@ def _assemble_sp(local: torch.Tensor, sel: torch.Tensor, n_rows: int) -> torch.T
 
 @torch.no_grad()
 def compute_troll_old_topk(
-    student_logits: torch.Tensor, data: TensorDict, cfg: TrollPolicyLossConfig
+    student_logits: torch.Tensor, data: TensorDict, cfg: TrollPolicyLossConfig, data_format: str = "thd"
 ) -> dict[str, torch.Tensor]:
     """The old policy's sparse distribution at every response position (old-log-prob pass).
 
@@ -123,6 +126,7 @@ def compute_troll_old_topk(
         student_logits: ``(1, L, V)`` temperature-scaled logits of this rank's shard.
         data: the micro-batch.
         cfg: TROLL settings (``topk``, ``mass_delta``, ``floor``, ``old_value_dtype``, ``chunk_size``).
+        data_format: unused on FSDP (the packed layout is implied); kept for the Megatron backend's signature.
 
     Returns:
         Response-aligned ``{"troll_old_ids": (R, K) int32, "troll_old_logprobs": (R, K), "troll_old_tail":
@@ -144,7 +148,7 @@ def compute_troll_old_topk(
 
 
 def compute_troll_token_terms(
-    student_logits: torch.Tensor, data: TensorDict, cfg: TrollPolicyLossConfig
+    student_logits: torch.Tensor, data: TensorDict, cfg: TrollPolicyLossConfig, data_format: str = "thd"
 ) -> tuple[dict[str, torch.Tensor], int]:
     """TROLL's per-token terms for this rank's shard (update pass), as per-row outputs for verl's hook.
 
@@ -152,6 +156,7 @@ def compute_troll_token_terms(
         student_logits: ``(1, L, V)`` temperature-scaled logits of this rank's shard (with gradient).
         data: the micro-batch, carrying the old pass's ``troll_old_*`` fields and ``old_log_probs``.
         cfg: TROLL settings.
+        data_format: unused on FSDP.
 
     Returns:
         ``({"troll_<field>": (1, L)} for every :class:`~troll_verl.losses.TrollTokenTerms` field, solver
