@@ -68,6 +68,16 @@ def test_plain_verl_config_with_loss_mode_troll_uses_paper_defaults():
     assert isinstance(settings, TrollPolicyLossConfig)
     assert (settings.kl_bound, settings.alpha, settings.topk, settings.mass_delta) == (0.05, 1.0, 64, 1e-5)
 
+    # ... and with the settings class selected, its keys become overridable (README: "Using TROLL in a verl run")
+    overrides = [
+        "actor_rollout_ref.actor.policy_loss.loss_mode=troll",
+        "actor_rollout_ref.actor.policy_loss._target_=troll_verl.config.TrollPolicyLossConfig",
+        "+actor_rollout_ref.actor.policy_loss.kl_bound=0.1",
+    ]
+    with initialize_config_dir(os.path.join(os.path.dirname(verl.trainer.__file__), "config"), version_base=None):
+        cfg = compose("ppo_trainer", overrides=overrides)
+    assert validate_troll_config(cfg).kl_bound == 0.1
+
 
 class _Batch(SimpleNamespace):
     pass
