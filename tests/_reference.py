@@ -99,3 +99,15 @@ def adversarial_rows(n: int, S: int, seed: int) -> tuple[torch.Tensor, torch.Ten
             keep[torch.randint(S, (1,), generator=g)] = True
             mask[i] = keep
     return new, old, mask
+
+
+def brute_support(logp_row: torch.Tensor, k: int, delta: float) -> list[int]:
+    """The mass rule by a Python loop: top tokens (descending) until their mass reaches 1 − δ, at most k."""
+    order = torch.argsort(logp_row, descending=True).tolist()
+    kept, mass = [], 0.0
+    for j in order[:k]:
+        if mass >= 1 - delta:
+            break
+        kept.append(j)
+        mass += math.exp(logp_row[j].item())
+    return kept

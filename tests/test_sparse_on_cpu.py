@@ -17,6 +17,7 @@ import math
 
 import pytest
 import torch
+from _reference import brute_support
 
 from troll_verl.projection import project
 from troll_verl.sparse import (
@@ -40,17 +41,6 @@ def _setup(N=10, V=60, K=8, delta=1e-3, scale=3.0, seed=0, dtype=torch.float64):
     return z.to(dtype), z_old.to(dtype), sampled, old, old_sampled
 
 
-def _brute_support(logp_row, K, delta):
-    order = torch.argsort(logp_row, descending=True).tolist()
-    kept, mass = [], 0.0
-    for j in order[:K]:
-        if mass >= 1 - delta:
-            break
-        kept.append(j)
-        mass += math.exp(logp_row[j].item())
-    return kept
-
-
 def test_mass_rule_mask():
     lp = torch.log(torch.tensor([[0.6, 0.3, 0.09, 0.01], [0.999999, 5e-7, 3e-7, 2e-7]]))
     torch.testing.assert_close(mass_rule_mask(lp, 0.05), torch.tensor([[True, True, True, False]] + [[True] + [False] * 3]))
@@ -61,7 +51,7 @@ def test_old_topk_matches_brute_force():
     z, z_old, sampled, old, _ = _setup(N=12, K=10, delta=1e-2)
     lsm = torch.log_softmax(z_old, -1)
     for i in range(z_old.shape[0]):
-        kept = _brute_support(lsm[i], 10, 1e-2)
+        kept = brute_support(lsm[i], 10, 1e-2)
         ids = old.ids[i][old.ids[i] >= 0].tolist()
         assert ids == kept
         torch.testing.assert_close(old.logprobs[i, : len(ids)], lsm[i, ids])
@@ -77,7 +67,7 @@ def test_union_values_and_tail_match_brute_force():
     lsm, lsm_old = torch.log_softmax(z, -1), torch.log_softmax(z_old, -1)
     for i in range(z.shape[0]):
         old_ids = [j for j in old.ids[i].tolist() if j >= 0]
-        new_ids = _brute_support(lsm[i], K, delta)
+        new_ids = brute_support(lsm[i], K, delta)
         union = sorted(set(old_ids) | set(new_ids) | {int(sampled[i])})
         n = len(union)
         assert sup.ids[i, :n].tolist() == union and (sup.ids[i, n:] == -1).all()

@@ -22,6 +22,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from _reference import brute_support
 from _verl_engine import compose_config, make_actor_worker, make_batch, old_pass, tiny_model_dir, update_batch
 from verl.utils import tensordict_utils as tu
 
@@ -50,17 +51,6 @@ def _hf_logits(model_dir, batch, temperature):
     return model, logits
 
 
-def _brute_topk(logp_row, k, delta):
-    order = torch.argsort(logp_row, descending=True).tolist()
-    kept, mass = [], 0.0
-    for j in order[:k]:
-        if mass >= 1 - delta:
-            break
-        kept.append(j)
-        mass += math.exp(logp_row[j].item())
-    return kept
-
-
 @pytest.mark.parametrize("remove_padding", [True, False])
 def test_stored_old_topk_matches_plain_transformers(model_dir, remove_padding):
     cfg = compose_config(model_dir, f"actor_rollout_ref.model.use_remove_padding={remove_padding}")
@@ -78,7 +68,7 @@ def test_stored_old_topk_matches_plain_transformers(model_dir, remove_padding):
     tails = out["troll_old_tail"].values()
     assert ids.shape[0] == rows.shape[0] == sum(RESPONSES)
     for i, row in enumerate(rows.tolist()):
-        kept = _brute_topk(logp[row], settings.topk, settings.mass_delta)
+        kept = brute_support(logp[row], settings.topk, settings.mass_delta)
         n = int((ids[i] >= 0).sum())
         if n != len(kept):
             # the mass rule's boundary token, decided in fp32 here and float64 in the reference
