@@ -24,17 +24,11 @@ from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
 import troll_verl
+from troll_verl.platform.cpu import CPU_ENGINE_OVERRIDES
 
 # CPU settings that make verl's FSDP2 engine exact on CPU (see troll_verl/platform/cpu.py).
 CPU_OVERRIDES = [
-    "actor_rollout_ref.actor.strategy=fsdp2",
-    "actor_rollout_ref.ref.strategy=fsdp2",
-    "actor_rollout_ref.actor.use_torch_compile=False",
-    "actor_rollout_ref.ref.use_torch_compile=False",
-    "+actor_rollout_ref.model.override_config.attn_implementation=sdpa",
-    "+actor_rollout_ref.actor.fsdp_config.mixed_precision={param_dtype:fp32,reduce_dtype:fp32,buffer_dtype:fp32}",
-    "actor_rollout_ref.actor.fsdp_config.model_dtype=fp32",
-    "actor_rollout_ref.model.enable_gradient_checkpointing=False",
+    *CPU_ENGINE_OVERRIDES,
     "actor_rollout_ref.rollout.n=1",
     "actor_rollout_ref.actor.ppo_mini_batch_size=4",
     "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",

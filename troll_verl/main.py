@@ -26,12 +26,17 @@ from omegaconf import DictConfig
 
 
 def prepare(config: DictConfig) -> DictConfig:
-    """Validate a composed config as verl's ``main_ppo`` does, plus TROLL's checks (before Ray starts)."""
+    """Validate a composed config as verl's ``main_ppo`` does, plus TROLL's checks and the Ray resource guard.
+
+    Runs before Ray starts; may fill ``ray_kwargs.ray_init.num_cpus``/``num_gpus`` (see
+    :mod:`troll_verl.platform.resources`).
+    """
     import verl  # noqa: F401  (loads the plugin)
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
     from verl.utils.config import validate_config
     from verl.utils.device import auto_set_device
 
+    from .platform.resources import apply_ray_resources, check_cpu_settings
     from .plugin import check_verl_version, register
     from .trainer import troll_loss_enabled, validate_troll_config
 
@@ -41,6 +46,8 @@ def prepare(config: DictConfig) -> DictConfig:
     validate_config(config=config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
     if troll_loss_enabled(config):
         validate_troll_config(config)
+    check_cpu_settings(config)
+    apply_ray_resources(config)
     return config
 
 

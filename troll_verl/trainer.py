@@ -39,6 +39,7 @@ from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from verl.workers.engine_workers import ActorRolloutRefWorker, TrainingWorker
 
 from .config import TrollPolicyLossConfig
+from .platform.cpu import cpu_platform_requested
 from .plugin import TRAINER_NAME
 from .workers import TROLL_OLD_PASS_KEY, TROLL_UPDATE_KEY, TrollActorRolloutRefWorker, TrollTrainingWorker
 
@@ -48,6 +49,8 @@ logger.setLevel(os.getenv("VERL_LOGGING_LEVEL", "INFO"))
 __all__ = ["TrollTrainer", "register_trainer", "validate_troll_config", "troll_loss_enabled"]
 
 _SUPPORTED_STRATEGIES = ("fsdp", "fsdp2", "megatron")
+# Replay-buffer poll interval on the CPU platform (verl's default is 2 s).
+CPU_REPLAY_POLL_S = 0.05
 
 
 def troll_loss_enabled(config: DictConfig) -> bool:
@@ -122,6 +125,9 @@ class TrollTrainer(PPOTrainerSync):
         self.troll_enabled = troll_loss_enabled(config)
         self.troll_settings = validate_troll_config(config) if self.troll_enabled else None
         super().__init__(config)
+        if cpu_platform_requested():
+            # NOTE: verl's replay buffer polls the TransferQueue every 2 s, which dominates a CPU step (~0.7 s).
+            self.replay_buffer.poll_interval = CPU_REPLAY_POLL_S
 
     def _init_resource_pool_mgr(self):
         super()._init_resource_pool_mgr()

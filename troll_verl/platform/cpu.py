@@ -36,6 +36,18 @@ import torch
 CPU_PLATFORM_NAME = "cpu"
 _GiB = 1 << 30
 
+# Hydra overrides that make verl's FSDP2 engine run (exactly, in fp32) on the CPU platform.
+CPU_ENGINE_OVERRIDES = (
+    "actor_rollout_ref.actor.strategy=fsdp2",
+    "actor_rollout_ref.ref.strategy=fsdp2",
+    "actor_rollout_ref.actor.use_torch_compile=False",
+    "actor_rollout_ref.ref.use_torch_compile=False",
+    "+actor_rollout_ref.model.override_config.attn_implementation=sdpa",
+    "+actor_rollout_ref.actor.fsdp_config.mixed_precision={param_dtype:fp32,reduce_dtype:fp32,buffer_dtype:fp32}",
+    "actor_rollout_ref.actor.fsdp_config.model_dtype=fp32",
+    "actor_rollout_ref.model.enable_gradient_checkpointing=False",
+)
+
 
 def cpu_platform_requested() -> bool:
     """True when the user selected the CPU platform with ``VERL_PLATFORM=cpu``."""

@@ -1,0 +1,484 @@
+# Copyright 2026 The troll-verl authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""The CPU end-to-end run: verl's real trainer, TROLL, the built-in tiny model and task, in a few minutes on 2 cores.
+
+``python -m troll_verl.quickstart`` (what ``bash scripts/quickstart.sh`` runs):
+
+1. builds (or reuses) the cached tiny Qwen2 model, tokenizer and addition task (:mod:`troll_verl.tiny`);
+2. runs ``python -m troll_verl.main`` — verl's ``run_ppo`` with the v1 trainer, FSDP2 engine on the CPU platform,
+   the ``transformers`` rollout (``rollout.name=hf``) and GRPO with ``loss_mode=troll`` — as a child process with
+   its own Ray instance, printing one progress line per step (the full log goes to ``trainer.log``);
+3. prints a summary (reward and validation accuracy at start and end, TROLL's trust-region metrics), writes
+   ``summary.json`` and ``curves.png`` into the run directory and prints their paths.
+
+``--compare`` (``COMPARE=1`` in the script) also runs the clip baseline (``loss_mode=vanilla``) with the same seed
+and plots both. Ray and every process it started are cleaned up on success, failure and Ctrl-C. Extra Hydra
+overrides go after ``--``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from .platform.cpu import CPU_ENGINE_OVERRIDES
+
+__all__ = ["tiny_cpu_overrides", "run_trainer", "summarize", "plot_runs", "RunResult", "main"]
+
+REWARD_KEY = "critic/score/mean"
+VAL_KEY = "val-core/troll_tiny/addition/acc/mean@1"
+_TROLL_KEYS = ("actor/troll/kl_before", "actor/troll/kl_after", "actor/troll/kl_after_max", "actor/troll/eta_mean",
+               "actor/troll/projected_frac", "actor/troll/bound_violation_max")  # fmt: skip
+_WINDOW = 5  # steps averaged for "start" and "end" rewards
+
+
+def tiny_cpu_overrides(
+    assets,
+    *,
+    loss_mode: str = "troll",
+    steps: int = 60,
+    seed: int = 0,
+    batch_prompts: int = 16,
+    n: int = 8,
+    lr: float = 5e-4,
+    test_freq: int = 10,
+    experiment: str = "quickstart",
+    run_dir: str = "outputs/quickstart",
+) -> list[str]:
+    """Hydra overrides (on ``troll_trainer.yaml``) for GRPO on the tiny task with verl's trainer on the CPU platform.
+
+    Args:
+        assets: :class:`troll_verl.tiny.TinyAssets`.
+        loss_mode: ``troll`` or ``vanilla`` (the clip baseline, clip 0.2 and dual-clip as verl defaults).
+        steps: training steps. seed: data order and rollout sampling seed.
+        batch_prompts, n: prompts per step and samples per prompt (GRPO group size).
+        lr: actor learning rate (AdamW).
+        test_freq: validation every so many steps (greedy, on the held-out problems); also before training.
+    """
+    return [
+        *CPU_ENGINE_OVERRIDES,
+        f"data.train_files={assets.train_file}",
+        f"data.val_files={assets.val_file}",
+        f"data.train_batch_size={batch_prompts}",
+        "data.max_prompt_length=32",
+        "data.max_response_length=8",
+        "data.dataloader_num_workers=0",
+        f"data.seed={seed}",
+        f"actor_rollout_ref.model.path={assets.model_dir}",
+        "actor_rollout_ref.model.use_remove_padding=True",
+        f"actor_rollout_ref.actor.policy_loss.loss_mode={loss_mode}",
+        f"actor_rollout_ref.actor.ppo_mini_batch_size={max(1, batch_prompts // 2)}",
+        f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={max(1, batch_prompts // 2) * n}",
+        f"actor_rollout_ref.actor.optim.lr={lr}",
+        "actor_rollout_ref.actor.optim.weight_decay=0.0",
+        "actor_rollout_ref.actor.use_kl_loss=False",
+        "actor_rollout_ref.actor.entropy_coeff=0",
+        "actor_rollout_ref.rollout.name=hf",
+        f"actor_rollout_ref.rollout.n={n}",
+        f"actor_rollout_ref.rollout.seed={seed}",
+        "actor_rollout_ref.rollout.dtype=float32",
+        "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
+        "actor_rollout_ref.rollout.calculate_log_probs=True",
+        f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={batch_prompts * n}",
+        "actor_rollout_ref.rollout.agent.num_workers=2",
+        "algorithm.adv_estimator=grpo",
+        "algorithm.use_kl_in_reward=False",
+        "reward.custom_reward_function.path=pkg://troll_verl.tiny.task",
+        "reward.custom_reward_function.name=compute_score",
+        "reward.num_workers=1",
+        "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
+        "trainer.n_gpus_per_node=1",
+        "trainer.nnodes=1",
+        f"trainer.total_training_steps={steps}",
+        f"trainer.test_freq={test_freq}",
+        "trainer.val_before_train=True",
+        "trainer.save_freq=-1",
+        "trainer.logger=[console,file]",
+        "trainer.project_name=troll_verl_quickstart",
+        f"trainer.experiment_name={experiment}",
+        f"trainer.default_local_dir={os.path.join(run_dir, 'checkpoints')}",
+    ]
+
+
+@dataclass
+class RunResult:
+    run_dir: str
+    metrics_path: str
+    log_path: str
+    returncode: int
+    wall_seconds: float
+
+    def rows(self) -> list[dict]:
+        return read_metrics(self.metrics_path)
+
+
+def read_metrics(path: str) -> list[dict]:
+    """verl's file-logger JSONL as ``[{"step": int, **metrics}]`` (tolerates a partially written last line)."""
+    rows = []
+    if not os.path.exists(path):
+        return rows
+    with open(path) as f:
+        for line in f:
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            rows.append({"step": record["step"], **record["data"]})
+    return rows
+
+
+class _ProcessTracker:
+    """Remembers every descendant of the trainer process (Ray's GCS, raylet and workers) while it runs.
+
+    Ray workers rename themselves (``ray::...``) and outlive the driver for a moment, reparented away from it;
+    tracking them while they are still descendants is what lets cleanup wait for every one of them.
+    """
+
+    def __init__(self, marker: str):
+        self.marker = marker
+        self.known: dict[int, object] = {}
+
+    def update(self, root_pid: int | None) -> None:
+        import psutil
+
+        try:
+            found = psutil.Process(root_pid).children(recursive=True) if root_pid else []
+        except psutil.NoSuchProcess:
+            found = []
+        for proc in psutil.process_iter(["cmdline"]):  # Ray daemons started for this run's temp dir
+            try:
+                if any(self.marker in part for part in proc.info["cmdline"] or ()):
+                    found.append(proc)
+                    found.extend(proc.children(recursive=True))
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                continue
+        for proc in found:
+            self.known.setdefault(proc.pid, proc)
+
+    def alive(self) -> list:
+        return [p for p in self.known.values() if p.is_running() and p.status() != "zombie"]
+
+
+def cleanup_run(proc: subprocess.Popen | None, tracker: _ProcessTracker, grace_s: float = 10.0) -> list:
+    """Stop the trainer's process group and every process of its Ray instance; return what had to be killed."""
+    import psutil
+
+    tracker.update(proc.pid if proc is not None and proc.poll() is None else None)
+    if proc is not None and proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        try:
+            proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait()
+    tracker.update(None)
+    # Give Ray's own shutdown a moment, then terminate and finally kill what is left.
+    _, alive = psutil.wait_procs(tracker.alive(), timeout=3.0)
+    for p in alive:
+        try:
+            p.terminate()
+        except psutil.NoSuchProcess:
+            pass
+    _, stubborn = psutil.wait_procs(alive, timeout=grace_s)
+    for p in stubborn:
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(stubborn, timeout=grace_s)
+    return alive
+
+
+def run_trainer(
+    overrides: list[str],
+    run_dir: str,
+    *,
+    module: str = "troll_verl.main",
+    timeout_s: float | None = None,
+    on_step: Callable[[dict], None] | None = None,
+    env: dict | None = None,
+) -> RunResult:
+    """Run ``python -m <module> <overrides>`` on the CPU platform with a private Ray instance; always clean up.
+
+    The child's output goes to ``run_dir/trainer.log`` and its metrics to ``run_dir/metrics.jsonl``; ``on_step``
+    is called with each new metrics row while it runs.
+
+    Raises:
+        KeyboardInterrupt: re-raised after cleanup.
+        TimeoutError: after ``timeout_s`` (after cleanup).
+    """
+    os.makedirs(run_dir, exist_ok=True)
+    metrics_path = os.path.join(run_dir, "metrics.jsonl")
+    log_path = os.path.join(run_dir, "trainer.log")
+    if os.path.exists(metrics_path):
+        os.remove(metrics_path)
+    # Ray's socket paths must stay short, hence /tmp rather than run_dir.
+    ray_temp_dir = tempfile.mkdtemp(prefix="trollray-", dir="/tmp")
+    child_env = {
+        **os.environ,
+        "VERL_PLATFORM": "cpu",
+        "VERL_FILE_LOGGER_PATH": metrics_path,
+        "TOKENIZERS_PARALLELISM": "false",
+        "HYDRA_FULL_ERROR": "1",
+        "RAY_DEDUP_LOGS": "0",
+        **(env or {}),
+    }
+    cmd = [sys.executable, "-m", module, *overrides, f"++ray_kwargs.ray_init._temp_dir={ray_temp_dir}",
+           f"hydra.run.dir={os.path.join(run_dir, 'hydra')}"]  # fmt: skip
+    start = time.perf_counter()
+    proc = None
+    seen = 0
+    tracker = _ProcessTracker(ray_temp_dir)
+    try:
+        with open(log_path, "w") as log:
+            log.write("$ " + " ".join(cmd) + "\n")
+            log.flush()
+            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=child_env, start_new_session=True)
+            while proc.poll() is None:
+                time.sleep(0.5)
+                tracker.update(proc.pid)
+                rows = read_metrics(metrics_path)
+                for row in rows[seen:]:
+                    if on_step is not None:
+                        on_step(row)
+                seen = len(rows)
+                if timeout_s is not None and time.perf_counter() - start > timeout_s:
+                    raise TimeoutError(f"trainer still running after {timeout_s:.0f} s; see {log_path}")
+            for row in read_metrics(metrics_path)[seen:]:
+                if on_step is not None:
+                    on_step(row)
+    finally:
+        cleanup_run(proc, tracker)
+        import shutil
+
+        shutil.rmtree(ray_temp_dir, ignore_errors=True)
+    return RunResult(run_dir, metrics_path, log_path, proc.returncode, time.perf_counter() - start)
+
+
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def summarize(rows: list[dict], wall_seconds: float, loss_mode: str) -> dict:
+    """``summary.json`` content: steps, reward/validation at start and end, trust-region and entropy metrics."""
+    train = [r for r in rows if REWARD_KEY in r]
+    rewards = [r[REWARD_KEY] for r in train]
+    val = [(r["step"], r[VAL_KEY]) for r in rows if VAL_KEY in r]
+    summary = {
+        "loss_mode": loss_mode,
+        "steps": max((r["step"] for r in train), default=0),
+        "reward_start": _mean(rewards[:_WINDOW]),
+        "reward_end": _mean(rewards[-_WINDOW:]),
+        "val_acc_start": val[0][1] if val else None,
+        "val_acc_end": val[-1][1] if val else None,
+        "entropy_start": _mean([r["actor/entropy"] for r in train[:_WINDOW] if "actor/entropy" in r]),
+        "entropy_end": _mean([r["actor/entropy"] for r in train[-_WINDOW:] if "actor/entropy" in r]),
+        "rollout_actor_logprob_gap_max": max(
+            (r.get("training/rollout_probs_diff_max", 0.0) for r in train), default=None
+        ),
+        "wall_seconds": wall_seconds,
+    }
+    troll = {key.split("/")[-1]: _mean([r[key] for r in train if key in r]) for key in _TROLL_KEYS}
+    if any(v is not None for v in troll.values()):
+        troll["kl_after_max"] = max((r.get("actor/troll/kl_after_max", 0.0) for r in train), default=None)
+        troll["bound_violation_max"] = max((r.get("actor/troll/bound_violation_max", 0.0) for r in train), default=None)
+        summary["troll"] = troll
+    clip = _mean([r["actor/pg_clipfrac"] for r in train if "actor/pg_clipfrac" in r])
+    if loss_mode != "troll" and clip is not None:
+        summary["clipfrac_mean"] = clip
+    return summary
+
+
+def _smooth(values: list[float], window: int = 5) -> list[float]:
+    out = []
+    for i in range(len(values)):
+        chunk = values[max(0, i - window + 1) : i + 1]
+        out.append(sum(chunk) / len(chunk))
+    return out
+
+
+def plot_runs(runs: dict[str, list[dict]], path: str, title: str = "") -> str:
+    """Reward, validation accuracy, KL and entropy curves of one or more runs (label → metric rows) into a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+    for label, rows in runs.items():
+        train = [r for r in rows if REWARD_KEY in r]
+        steps = [r["step"] for r in train]
+        line = axes[0].plot(steps, _smooth([r[REWARD_KEY] for r in train]), label=f"{label}: train reward")[0]
+        val = [(r["step"], r[VAL_KEY]) for r in rows if VAL_KEY in r]
+        if val:
+            axes[0].plot(*zip(*val, strict=True), "o--", color=line.get_color(), label=f"{label}: val accuracy")
+        if any("actor/troll/kl_after" in r for r in train):
+            axes[1].plot(steps, [r.get("actor/troll/kl_before", float("nan")) for r in train],
+                         color=line.get_color(), alpha=0.5, label=f"{label}: KL(π‖π_old) before proj.")  # fmt: skip
+            axes[1].plot(steps, [r.get("actor/troll/kl_after", float("nan")) for r in train],
+                         color=line.get_color(), label=f"{label}: KL(π̃‖π_old) after proj.")  # fmt: skip
+        elif any("actor/ppo_kl" in r for r in train):
+            axes[1].plot(steps, [r.get("actor/ppo_kl", float("nan")) for r in train], color=line.get_color(),
+                         label=f"{label}: ppo_kl (k1 estimate)")  # fmt: skip
+        axes[2].plot(steps, [r.get("actor/entropy", float("nan")) for r in train], color=line.get_color(),
+                     label=label)  # fmt: skip
+    axes[0].set(title="reward (train: 5-step mean; val: greedy)", xlabel="step", ylim=(0, 1))
+    axes[1].set(title="per-token KL to the old policy (mean)", xlabel="step")
+    axes[2].set(title="policy entropy (nats/token)", xlabel="step")
+    for ax in axes:
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _fmt_s(seconds: float) -> str:
+    return f"{int(seconds // 60)}m{int(seconds % 60):02d}s"
+
+
+def _progress_printer(label: str, total: int, start: float) -> Callable[[dict], None]:
+    def show(row: dict) -> None:
+        step = row["step"]
+        parts = [f"[{label}] step {step:>3}/{total}"]
+        if REWARD_KEY in row:
+            parts.append(f"reward {row[REWARD_KEY]:.3f}")
+        if VAL_KEY in row:
+            parts.append(f"val acc {row[VAL_KEY]:.2f}")
+        if "actor/troll/kl_after" in row:
+            parts.append(
+                f"KL {row['actor/troll/kl_before']:.4f}→{row['actor/troll/kl_after']:.4f} "
+                f"(projected {100 * row.get('actor/troll/projected_frac', 0):.0f}%, eta {row.get('actor/troll/eta_mean', 0):.2f})"
+            )
+        elif "actor/pg_clipfrac" in row:
+            parts.append(f"clipfrac {row['actor/pg_clipfrac']:.3f}")
+        if "actor/entropy" in row:
+            parts.append(f"entropy {row['actor/entropy']:.3f}")
+        elapsed = time.perf_counter() - start
+        if step > 0:
+            parts.append(f"{_fmt_s(elapsed)} elapsed")
+        print(" | ".join(parts), flush=True)
+
+    return show
+
+
+def _print_summary(label: str, summary: dict) -> None:
+    def f(x, spec=".3f"):
+        return "n/a" if x is None else format(x, spec)
+
+    print(f"\n== {label}: {summary['steps']} steps in {_fmt_s(summary['wall_seconds'])} ==")
+    print(f"  reward (train, mean of first/last {_WINDOW} steps): {f(summary['reward_start'])} -> "
+          f"{f(summary['reward_end'])}")  # fmt: skip
+    print(f"  validation accuracy (greedy, held-out problems):  {f(summary['val_acc_start'], '.2f')} -> "
+          f"{f(summary['val_acc_end'], '.2f')}")  # fmt: skip
+    print(f"  entropy (nats/token):                             {f(summary['entropy_start'])} -> "
+          f"{f(summary['entropy_end'])}")  # fmt: skip
+    troll = summary.get("troll")
+    if troll:
+        print(f"  trust region (per token, mean over steps): KL before projection {f(troll['kl_before'], '.4f')}, "
+              f"after {f(troll['kl_after'], '.4f')} (max {f(troll['kl_after_max'], '.4f')}, bound 0.05); "
+              f"projected {100 * (troll['projected_frac'] or 0):.0f}% of tokens; eta {f(troll['eta_mean'], '.2f')}")  # fmt: skip
+    if "clipfrac_mean" in summary:
+        print(f"  clip fraction (mean): {summary['clipfrac_mean']:.3f}")
+    print(f"  rollout vs actor log-prob gap (max): {f(summary['rollout_actor_logprob_gap_max'], '.1e')}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m troll_verl.quickstart", description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
+    parser.add_argument("--steps", type=int, default=60, help="training steps (default 60)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--loss-mode", default="troll", choices=["troll", "vanilla"])
+    parser.add_argument("--compare", action="store_true", help="also run the clip baseline (loss_mode=vanilla)")
+    parser.add_argument("--out-dir", default=None, help="default: outputs/quickstart/<timestamp>")
+    parser.add_argument("--cache-dir", default=None, help="tiny-asset cache (default: $TROLL_VERL_CACHE or ~/.cache)")
+    parser.add_argument("--timeout", type=float, default=None, help="seconds per run before giving up")
+    parser.add_argument("overrides", nargs="*", help="extra Hydra overrides (after --)")
+    args = parser.parse_args(argv)
+
+    from .tiny import build_assets
+
+    def _terminate(signum, _frame):  # SIGTERM/SIGHUP: unwind through run_trainer's cleanup
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, _terminate)
+    signal.signal(signal.SIGHUP, _terminate)
+
+    out_dir = args.out_dir or os.path.join("outputs", "quickstart", time.strftime("%Y%m%d-%H%M%S"))
+    os.makedirs(out_dir, exist_ok=True)
+    assets = build_assets(args.cache_dir)
+    print(f"[troll-verl] tiny assets: {assets.root} (warm-up accuracy: {assets.info['warmup_accuracy']})")
+    modes = [args.loss_mode] + (["vanilla" if args.loss_mode == "troll" else "troll"] if args.compare else [])
+    summaries, runs = {}, {}
+    total_start = time.perf_counter()
+    for mode in modes:
+        label = "TROLL" if mode == "troll" else "clip (vanilla)"
+        run_dir = os.path.join(out_dir, mode)
+        overrides = tiny_cpu_overrides(assets, loss_mode=mode, steps=args.steps, seed=args.seed, experiment=mode,
+                                       run_dir=run_dir) + list(args.overrides)  # fmt: skip
+        print(f"[troll-verl] {label}: starting Ray and verl's trainer on the CPU (about 40 s before step 1); "
+              f"full log: {os.path.join(run_dir, 'trainer.log')}", flush=True)  # fmt: skip
+        start = time.perf_counter()
+        try:
+            result = run_trainer(overrides, run_dir, timeout_s=args.timeout,
+                                 on_step=_progress_printer(label, args.steps, start))  # fmt: skip
+        except KeyboardInterrupt:
+            print("\n[troll-verl] interrupted; Ray stopped and cleaned up.", file=sys.stderr)
+            return 130
+        if result.returncode != 0:
+            print(f"\n[troll-verl] {label} failed (exit code {result.returncode}). Last lines of {result.log_path}:",
+                  file=sys.stderr)  # fmt: skip
+            with open(result.log_path, errors="replace") as f:
+                print("".join(f.readlines()[-40:]), file=sys.stderr)
+            return result.returncode or 1
+        rows = result.rows()
+        summaries[mode] = summarize(rows, result.wall_seconds, mode)
+        runs[label] = rows
+        _print_summary(label, summaries[mode])
+
+    summary = dict(summaries[args.loss_mode])
+    summary["wall_seconds"] = time.perf_counter() - total_start
+    if args.compare:
+        summary["runs"] = summaries
+    summary["assets"] = assets.root
+    summary_path = os.path.join(out_dir, "summary.json")
+    with open(summary_path, "w") as f:
+        json.dump(summary, f, indent=2)
+    plot_path = plot_runs(runs, os.path.join(out_dir, "curves.png"),
+                          title=f"GRPO on the built-in addition task (seed {args.seed})")  # fmt: skip
+    print(f"\n[troll-verl] summary: {os.path.abspath(summary_path)}")
+    print(f"[troll-verl] plot:    {os.path.abspath(plot_path)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
