@@ -1,0 +1,144 @@
+# Copyright 2026 The troll-verl authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""End to end on CPU: verl's real trainer (Ray, TransferQueue, agent loop, FSDP2, hf rollout), a few steps each.
+
+Each run is a child process with its own Ray instance, under a hard timeout; ~1 minute each on 2 cores.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import psutil
+import pytest
+
+from troll_verl.quickstart import REWARD_KEY, read_metrics, run_trainer, tiny_cpu_overrides
+from troll_verl.tiny import build_assets
+
+RUN_TIMEOUT_S = 420
+
+
+@pytest.fixture(scope="module")
+def assets(tmp_path_factory):
+    return build_assets(str(tmp_path_factory.mktemp("tiny_cache")), log=None)
+
+
+def _ray_processes(marker: str = "trollray-") -> list:
+    """Processes of any of our private Ray instances (daemons carry the temp dir; workers are named ray::)."""
+    left = []
+    for proc in psutil.process_iter(["cmdline"]):
+        try:
+            cmd = " ".join(proc.info["cmdline"] or ())
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+        if marker in cmd or cmd.startswith("ray::"):
+            left.append(cmd[:120])
+    return left
+
+
+def _no_ray_left() -> list:
+    return _ray_processes()
+
+
+def _train_rows(rows):
+    return [r for r in rows if REWARD_KEY in r]
+
+
+@pytest.mark.timeout(RUN_TIMEOUT_S + 60)
+def test_troll_through_verls_own_main_ppo(assets, tmp_path):
+    """What a user switching an existing run does: verl's main_ppo plus loss_mode=troll and trainer_mode=troll."""
+    run_dir = str(tmp_path / "troll")
+    overrides = tiny_cpu_overrides(assets, loss_mode="troll", steps=3, batch_prompts=8, n=4, lr=1e-2,
+                                   run_dir=run_dir, test_freq=-1) + [  # fmt: skip
+        "trainer.val_before_train=False",
+        "trainer.v1.trainer_mode=troll",
+        # verl's main_ppo runs no resource guard: say it explicitly (5 = 1 TQ controller + 1 storage unit + 3)
+        "ray_kwargs.ray_init.num_cpus=5",
+        "++ray_kwargs.ray_init.num_gpus=1",
+    ]
+    result = run_trainer(overrides, run_dir, module="verl.trainer.main_ppo", timeout_s=RUN_TIMEOUT_S)
+    assert result.returncode == 0, open(result.log_path).read()[-4000:]
+    rows = _train_rows(result.rows())
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    # rewards were computed by the task's verifier
+    assert all(0.0 <= r[REWARD_KEY] <= 1.0 and "critic/score/max" in r for r in rows)
+    # TROLL ran: its metrics are there and the trust region held
+    for key in ("actor/troll/kl_before", "actor/troll/kl_after", "actor/troll/eta_mean", "actor/troll/projected_frac"):
+        assert all(key in r for r in rows), key
+    assert max(r["actor/troll/kl_after_max"] for r in rows) <= 0.05 * (1 + 1e-3)
+    # weights reached the rollout after every update: its log-probs match the actor's although the policy moved
+    moved = rows[0]["actor/troll/kl_before"]
+    assert moved > 1e-3
+    for r in rows[1:]:
+        assert r["training/rollout_probs_diff_max"] < 1e-3 < moved * 10, r["training/rollout_probs_diff_max"]
+    assert _no_ray_left() == []
+
+
+@pytest.mark.timeout(RUN_TIMEOUT_S + 60)
+def test_clip_baseline_through_the_quickstart_cli(assets, tmp_path):
+    """``python -m troll_verl.quickstart`` with loss_mode=vanilla: summary.json, the plot, no TROLL metrics."""
+    out_dir = tmp_path / "qs"
+    env = {**os.environ, "TROLL_VERL_CACHE": os.path.dirname(assets.root)}
+    proc = subprocess.run(
+        [sys.executable, "-m", "troll_verl.quickstart", "--steps", "2", "--loss-mode", "vanilla", "--out-dir",
+         str(out_dir), "--timeout", str(RUN_TIMEOUT_S), "--", "trainer.test_freq=-1"],
+        capture_output=True, text=True, env=env, timeout=RUN_TIMEOUT_S + 30,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    summary = json.loads((out_dir / "summary.json").read_text())
+    assert summary["steps"] == 2 and summary["loss_mode"] == "vanilla"
+    for key in ("reward_start", "reward_end", "wall_seconds", "val_acc_start"):
+        assert summary[key] is not None, key
+    assert "troll" not in summary and summary["rollout_actor_logprob_gap_max"] < 1e-3
+    assert (out_dir / "curves.png").stat().st_size > 10_000
+    assert f"summary: {out_dir / 'summary.json'}" in proc.stdout and "reward (train" in proc.stdout
+    rows = _train_rows(read_metrics(str(out_dir / "vanilla" / "metrics.jsonl")))
+    assert rows and not any(k.startswith("actor/troll/") for r in rows for k in r)
+    assert all("actor/pg_clipfrac" in r for r in rows)
+    assert _no_ray_left() == []
+
+
+def _rollout_inputs(path: str) -> list[str]:
+    with open(path) as f:
+        return sorted(json.loads(line)["input"] for line in f)
+
+
+@pytest.mark.timeout(2 * RUN_TIMEOUT_S + 60)
+def test_checkpoint_and_resume_continue_with_the_same_data_order(assets, tmp_path):
+    common = ["trainer.val_before_train=False", "trainer.test_freq=-1", "trainer.save_freq=2"]
+
+    def run(name, *extra):
+        run_dir = str(tmp_path / name)
+        overrides = tiny_cpu_overrides(assets, steps=4, batch_prompts=8, n=4, run_dir=run_dir) + common + [
+            f"trainer.rollout_data_dir={run_dir}/rollouts", *extra
+        ]  # fmt: skip
+        result = run_trainer(overrides, run_dir, timeout_s=RUN_TIMEOUT_S)
+        assert result.returncode == 0, open(result.log_path).read()[-4000:]
+        return run_dir, [r["step"] for r in _train_rows(result.rows())]
+
+    full_dir, full_steps = run("full")
+    assert full_steps == [1, 2, 3, 4]
+    saved = os.path.join(full_dir, "checkpoints", "global_step_2")
+    assert os.path.isdir(os.path.join(saved, "actor")) and os.path.exists(os.path.join(saved, "data.pt"))
+    resumed_dir, resumed_steps = run("resumed", "trainer.resume_mode=resume_path", f"trainer.resume_from_path={saved}")
+    assert resumed_steps == [3, 4]  # continues from step 3 and finishes with the same step count
+    for step in (3, 4):
+        assert _rollout_inputs(f"{resumed_dir}/rollouts/{step}.jsonl") == _rollout_inputs(
+            f"{full_dir}/rollouts/{step}.jsonl"
+        )
+    assert _rollout_inputs(f"{full_dir}/rollouts/1.jsonl") != _rollout_inputs(f"{full_dir}/rollouts/3.jsonl")
+    assert _no_ray_left() == []
