@@ -41,10 +41,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from .platform.cpu import CPU_ENGINE_OVERRIDES
+from .plotting import REWARD_KEY, plot_runs, read_metrics
 
-__all__ = ["tiny_cpu_overrides", "run_trainer", "summarize", "plot_runs", "RunResult", "main"]
+__all__ = ["tiny_cpu_overrides", "run_trainer", "summarize", "plot_runs", "read_metrics", "RunResult", "main",
+           "REWARD_KEY", "VAL_KEY"]  # fmt: skip
 
-REWARD_KEY = "critic/score/mean"
 VAL_KEY = "val-core/troll_tiny/addition/acc/mean@1"
 _TROLL_KEYS = ("actor/troll/kl_before", "actor/troll/kl_after", "actor/troll/kl_after_max", "actor/troll/eta_mean",
                "actor/troll/projected_frac", "actor/troll/bound_violation_max")  # fmt: skip
@@ -129,21 +130,6 @@ class RunResult:
 
     def rows(self) -> list[dict]:
         return read_metrics(self.metrics_path)
-
-
-def read_metrics(path: str) -> list[dict]:
-    """verl's file-logger JSONL as ``[{"step": int, **metrics}]`` (tolerates a partially written last line)."""
-    rows = []
-    if not os.path.exists(path):
-        return rows
-    with open(path) as f:
-        for line in f:
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            rows.append({"step": record["step"], **record["data"]})
-    return rows
 
 
 class _ProcessTracker:
@@ -312,53 +298,6 @@ def summarize(rows: list[dict], wall_seconds: float, loss_mode: str) -> dict:
     if loss_mode != "troll" and clip is not None:
         summary["clipfrac_mean"] = clip
     return summary
-
-
-def _smooth(values: list[float], window: int = 5) -> list[float]:
-    out = []
-    for i in range(len(values)):
-        chunk = values[max(0, i - window + 1) : i + 1]
-        out.append(sum(chunk) / len(chunk))
-    return out
-
-
-def plot_runs(runs: dict[str, list[dict]], path: str, title: str = "") -> str:
-    """Reward, validation accuracy, KL and entropy curves of one or more runs (label → metric rows) into a PNG."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
-    for label, rows in runs.items():
-        train = [r for r in rows if REWARD_KEY in r]
-        steps = [r["step"] for r in train]
-        line = axes[0].plot(steps, _smooth([r[REWARD_KEY] for r in train]), label=f"{label}: train reward")[0]
-        val = [(r["step"], r[VAL_KEY]) for r in rows if VAL_KEY in r]
-        if val:
-            axes[0].plot(*zip(*val, strict=True), "o--", color=line.get_color(), label=f"{label}: val accuracy")
-        if any("actor/troll/kl_after" in r for r in train):
-            axes[1].plot(steps, [r.get("actor/troll/kl_before", float("nan")) for r in train],
-                         color=line.get_color(), alpha=0.5, label=f"{label}: KL(π‖π_old) before proj.")  # fmt: skip
-            axes[1].plot(steps, [r.get("actor/troll/kl_after", float("nan")) for r in train],
-                         color=line.get_color(), label=f"{label}: KL(π̃‖π_old) after proj.")  # fmt: skip
-        elif any("actor/ppo_kl" in r for r in train):
-            axes[1].plot(steps, [r.get("actor/ppo_kl", float("nan")) for r in train], color=line.get_color(),
-                         label=f"{label}: ppo_kl (k1 estimate)")  # fmt: skip
-        axes[2].plot(steps, [r.get("actor/entropy", float("nan")) for r in train], color=line.get_color(),
-                     label=label)  # fmt: skip
-    axes[0].set(title="reward (train: 5-step mean; val: greedy)", xlabel="step", ylim=(0, 1))
-    axes[1].set(title="per-token KL to the old policy (mean)", xlabel="step")
-    axes[2].set(title="policy entropy (nats/token)", xlabel="step")
-    for ax in axes:
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-    if title:
-        fig.suptitle(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
 
 
 def _fmt_s(seconds: float) -> str:
