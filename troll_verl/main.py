@@ -17,6 +17,7 @@ The config is ``troll_verl/config/troll_trainer.yaml`` (``defaults: [ppo_trainer
 ``loss_mode=troll``, TROLL's settings dataclass and TROLL's trainer. Any verl override works as with
 ``python -m verl.trainer.main_ppo``; ``actor_rollout_ref.actor.policy_loss.loss_mode=vanilla`` runs the clip
 baseline through the same trainer. Reuses verl's ``run_ppo`` and ``TaskRunnerV1`` unchanged.
+``TROLL_DRY_RUN=1`` validates and summarises a run without starting it (:mod:`troll_verl.dry_run`).
 """
 
 from __future__ import annotations
@@ -53,7 +54,18 @@ def prepare(config: DictConfig) -> DictConfig:
 
 @hydra.main(config_path="config", config_name="troll_trainer", version_base=None)
 def main(config: DictConfig) -> None:
-    """Run verl's PPO trainer with TROLL (see the module docstring)."""
+    """Run verl's PPO trainer with TROLL (see the module docstring).
+
+    With ``TROLL_DRY_RUN=1`` in the environment: validate and summarise the run without starting it (no Ray, no
+    model or data loading; see :mod:`troll_verl.dry_run`), then return.
+    """
+    from .dry_run import dry_run_requested
+
+    if dry_run_requested():
+        from .dry_run import dry_run, without_model_loading
+
+        dry_run(prepare(without_model_loading(config)))
+        return
     from verl.trainer.main_ppo import TaskRunnerV1, run_ppo
 
     run_ppo(prepare(config), task_runner_class=TaskRunnerV1)

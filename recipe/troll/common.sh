@@ -1,0 +1,198 @@
+# Copyright 2026 The troll-verl authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+# TROLL recipe: the knobs every run script shares, turned into bash arrays of Hydra overrides.
+# Sourced by run_*.sh (never run on its own). The paper's fixed settings live in config/troll_recipe/paper.yaml;
+# this file only adds what depends on the matrix cell (VARIANT x DATASET x LOSS_MODE) and the infrastructure.
+#
+# Expects: recipe_dir (this directory) and model_tag (short model name for the experiment name).
+# Defines: RECIPE (config dir + recipe config), DATA, ALGORITHM, POLICY_LOSS, CRITIC, REWARD, TRAINER_COMMON,
+#          LAUNCH (the interpreter, or the recorder with DRY_RUN_RECORD), and lowercase derived values:
+#          max_prompt_length, max_response_length, use_critic (1 for VARIANT=ppo), experiment.
+
+# shellcheck shell=bash
+# shellcheck disable=SC2034  # the arrays and values below are used by the run scripts that source this file
+
+_troll_die() {
+    echo "recipe/troll: $*" >&2
+    exit 2
+}
+
+: "${recipe_dir:?set recipe_dir before sourcing common.sh}"
+: "${model_tag:?set model_tag before sourcing common.sh}"
+
+########################### user-adjustable ###########################
+# Advantage estimator and loss shape (README "Variants"): grpo | drgrpo | gspo | ppo (ppo = GAE with a critic).
+VARIANT=${VARIANT:-grpo}
+# Training data (README "Data preparation"): gsm8k | dapo_math (validation: AIME-2024) | eurus_math | eurus_code.
+DATASET=${DATASET:-gsm8k}
+# troll = TROLL's trust-region projection; vanilla = the clip baseline (ratio clip 0.2, dual-clip c = 10; with
+# VARIANT=gspo verl's loss_mode=gspo and its clip range, see GSPO_CLIP).
+LOSS_MODE=${LOSS_MODE:-troll}
+# VARIANT=gspo LOSS_MODE=vanilla only: empty = verl's GSPO clip range 3e-4 / 4e-4; a number (e.g. 0.2) = that
+# clip on both sides. Ignored by every other cell.
+GSPO_CLIP=${GSPO_CLIP:-}
+# Directory the preprocessors wrote <dataset>/train.parquet and <dataset>/val.parquet into.
+DATA_DIR=${DATA_DIR:-$HOME/data/troll}
+# Prompt / response length in tokens; empty = the dataset's default below.
+MAX_PROMPT_LENGTH=${MAX_PROMPT_LENGTH:-}
+MAX_RESPONSE_LENGTH=${MAX_RESPONSE_LENGTH:-}
+# Sandbox Fusion endpoint for the code reward (e.g. http://host:8080/run_code); empty = local sandboxed execution.
+SANDBOX_FUSION_URL=${SANDBOX_FUSION_URL:-}
+# Critic learning rate, VARIANT=ppo only (verl's default; the paper's critic settings are not published).
+CRITIC_LR=${CRITIC_LR:-1e-5}
+# Run name (wandb, checkpoint directory); empty = <model>-<dataset>-<variant>-<loss mode>[-clip<GSPO_CLIP>].
+EXPERIMENT=${EXPERIMENT:-}
+# 1 = dry run: the same command with TROLL_DRY_RUN=1, which composes and validates the config and prints a summary
+# without starting Ray or loading the model or data (no GPU needed).
+DRY_RUN=${DRY_RUN:-0}
+# With DRY_RUN=1: write the launch command to this file instead of running it, for `python -m troll_verl.dry_run
+# FILE...`, which validates many recorded commands in one Python process (sweep.sh does this); empty = run it.
+DRY_RUN_RECORD=${DRY_RUN_RECORD:-}
+# Interpreter with troll-verl installed; may carry arguments (e.g. "uv run python").
+PYTHON=${PYTHON:-python3}
+########################### end user-adjustable ###########################
+
+########################### derived values ###########################
+case "${DATASET}" in
+    # short grade-school problems
+    gsm8k) default_prompt_length=512 default_response_length=1024 ;;
+    # competition math (DAPO-Math-17k, validated on AIME-2024): long reasoning
+    dapo_math) default_prompt_length=1024 default_response_length=8192 ;;
+    eurus_math) default_prompt_length=1024 default_response_length=4096 ;;
+    # programming problems: longer statements
+    eurus_code) default_prompt_length=2048 default_response_length=4096 ;;
+    *) _troll_die "DATASET=${DATASET} is not one of gsm8k|dapo_math|eurus_math|eurus_code" ;;
+esac
+max_prompt_length=${MAX_PROMPT_LENGTH:-${default_prompt_length}}
+max_response_length=${MAX_RESPONSE_LENGTH:-${default_response_length}}
+
+# The README's variants table: verl settings per variant (TROLL changes none of them).
+use_critic=0
+case "${VARIANT}" in
+    grpo)
+        ALGORITHM=(algorithm.adv_estimator=grpo algorithm.norm_adv_by_std_in_grpo=True)
+        loss_agg_mode=token-mean
+        ;;
+    drgrpo)
+        ALGORITHM=(algorithm.adv_estimator=grpo algorithm.norm_adv_by_std_in_grpo=False)
+        loss_agg_mode=seq-mean-token-sum-norm
+        ;;
+    gspo)
+        ALGORITHM=(algorithm.adv_estimator=grpo algorithm.norm_adv_by_std_in_grpo=True)
+        loss_agg_mode=seq-mean-token-mean
+        ;;
+    ppo)
+        ALGORITHM=(algorithm.adv_estimator=gae)
+        loss_agg_mode=token-mean
+        use_critic=1
+        ;;
+    *) _troll_die "VARIANT=${VARIANT} is not one of grpo|drgrpo|gspo|ppo" ;;
+esac
+
+name_suffix=""
+case "${LOSS_MODE}" in
+    troll)
+        # GSPO with TROLL: the sequence-level ratio from the projected log-probs (not verl's loss_mode=gspo)
+        ratio_level=token
+        if [[ "${VARIANT}" == gspo ]]; then ratio_level=sequence; fi
+        POLICY_LOSS=(
+            actor_rollout_ref.actor.policy_loss.loss_mode=troll
+            "actor_rollout_ref.actor.policy_loss.ratio_level=${ratio_level}"
+        )
+        ;;
+    vanilla)
+        if [[ "${VARIANT}" == gspo ]]; then
+            # verl's GSPO loss; its own clip range unless GSPO_CLIP is set
+            clip_low=3e-4 clip_high=4e-4
+            if [[ -n "${GSPO_CLIP}" ]]; then
+                [[ "${GSPO_CLIP}" =~ ^[0-9]*\.?[0-9]+([eE][-+]?[0-9]+)?$ ]] ||
+                    _troll_die "GSPO_CLIP=${GSPO_CLIP} is not a positive number"
+                clip_low=${GSPO_CLIP} clip_high=${GSPO_CLIP} name_suffix="-clip${GSPO_CLIP}"
+            fi
+            POLICY_LOSS=(
+                actor_rollout_ref.actor.policy_loss.loss_mode=gspo
+                "actor_rollout_ref.actor.clip_ratio_low=${clip_low}"
+                "actor_rollout_ref.actor.clip_ratio_high=${clip_high}"
+            )
+        else
+            # the clip baseline: clip 0.2 and dual-clip c = 10 come from config/troll_recipe/paper.yaml
+            POLICY_LOSS=(actor_rollout_ref.actor.policy_loss.loss_mode=vanilla)
+        fi
+        ;;
+    *) _troll_die "LOSS_MODE=${LOSS_MODE} is not one of troll|vanilla" ;;
+esac
+POLICY_LOSS+=("actor_rollout_ref.actor.loss_agg_mode=${loss_agg_mode}")
+
+experiment=${EXPERIMENT:-${model_tag}-${DATASET}-${VARIANT}-${LOSS_MODE}${name_suffix}}
+
+case "${DRY_RUN}" in
+    1) export TROLL_DRY_RUN=1 ;;
+    0) ;;
+    *) _troll_die "DRY_RUN=${DRY_RUN} must be 0 or 1" ;;
+esac
+
+# troll-verl's CPU platform (VERL_PLATFORM=cpu, for development and CI) refuses these GPU settings (vLLM rollout,
+# flash attention), in a dry run too; a dry run of the GPU recipe needs no GPU and no VERL_PLATFORM.
+if [[ "${VERL_PLATFORM:-}" == [Cc][Pp][Uu] ]]; then
+    echo "recipe/troll: warning: VERL_PLATFORM=${VERL_PLATFORM} selects troll-verl's CPU platform, which refuses" \
+        "this GPU recipe's settings (a dry run included); unset VERL_PLATFORM to run or validate it as on GPUs." >&2
+fi
+
+if [[ -n "${DRY_RUN_RECORD}" ]]; then
+    [[ "${DRY_RUN}" == 1 ]] || _troll_die "DRY_RUN_RECORD=${DRY_RUN_RECORD} needs DRY_RUN=1"
+    # the recorder: the interpreter's arguments (-m troll_verl.main <overrides>), NUL-separated
+    _troll_record() {
+        printf '%s\0' "$@" > "${DRY_RUN_RECORD}"
+        echo "recipe/troll: recorded the dry-run command in ${DRY_RUN_RECORD}"
+    }
+    LAUNCH=(_troll_record)
+else
+    read -r -a LAUNCH <<< "${PYTHON}"
+    ((${#LAUNCH[@]})) || _troll_die "PYTHON is empty"
+fi
+
+########################### parameter arrays ###########################
+# troll_trainer.yaml (the entry point's config) + config/troll_recipe/paper.yaml appended to its defaults
+RECIPE=(
+    --config-dir "${recipe_dir}/config"
+    +troll_recipe=paper
+)
+
+DATA=(
+    "data.train_files='${DATA_DIR}/${DATASET}/train.parquet'"
+    "data.val_files='${DATA_DIR}/${DATASET}/val.parquet'"
+    "data.max_prompt_length=${max_prompt_length}"
+    "data.max_response_length=${max_response_length}"
+)
+
+# the critic's optimiser (its model and backend follow the actor: config/troll_recipe/paper.yaml)
+CRITIC=()
+if ((use_critic)); then
+    CRITIC=("critic.optim.lr=${CRITIC_LR}")
+fi
+
+# the reward function itself is set in config/troll_recipe/paper.yaml; a Sandbox Fusion URL goes both to verl's key
+# and to the reward function's keyword (verl 0.9.1 passes reward.sandbox_fusion.* to its default function only)
+REWARD=()
+if [[ -n "${SANDBOX_FUSION_URL}" ]]; then
+    REWARD=(
+        "reward.sandbox_fusion.url='${SANDBOX_FUSION_URL}'"
+        "+reward.custom_reward_function.reward_kwargs.sandbox_fusion_url='${SANDBOX_FUSION_URL}'"
+    )
+fi
+
+TRAINER_COMMON=(
+    "trainer.experiment_name='${experiment}'"
+)
