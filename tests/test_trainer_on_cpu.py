@@ -34,6 +34,7 @@ from troll_verl.workers import TROLL_OLD_PASS_KEY, TROLL_UPDATE_KEY, TrollActorR
         ("actor_rollout_ref.model.use_fused_kernels=true", r"use_fused_kernels=false"),
         ("actor_rollout_ref.actor.strategy=veomni", r"strategy=fsdp2"),
         ("actor_rollout_ref.actor.pad_to_length=true", r"pad_to_length=false"),
+        ("+actor_rollout_ref.actor.megatron.pad_to_length=true", r"megatron\.pad_to_length=true pads"),
         ("distillation.enabled=true", r"distillation.enabled=false"),
         ("trainer.use_v1=false", r"trainer.use_v1=true"),
         ("actor_rollout_ref.actor.policy_loss.kl_bound=-1", r"policy_loss\.kl_bound must be a finite float > 0"),

@@ -92,11 +92,13 @@ def validate_troll_config(config: DictConfig) -> TrollPolicyLossConfig:
             "single-rank result (megatron-core parallel state, gloo, CPU), but this release has not yet been run on "
             "verl's full Megatron engine; check troll/* metrics on your first steps."
         )
-    if OmegaConf.select(config, "actor_rollout_ref.actor.fsdp_config.pad_to_length", default=False):
-        raise ValueError(
-            "actor_rollout_ref.actor.fsdp_config.pad_to_length=true pads packed sequences to a static length that "
-            "TROLL's response-row mapping does not know about. Set actor_rollout_ref.actor.pad_to_length=false."
-        )
+    for engine_key in ("fsdp_config", "megatron"):  # the engine config each strategy reads
+        if OmegaConf.select(config, f"actor_rollout_ref.actor.{engine_key}.pad_to_length", default=False):
+            raise ValueError(
+                f"actor_rollout_ref.actor.{engine_key}.pad_to_length=true pads packed sequences to a static length "
+                "that TROLL's response-row mapping does not know about. Set actor_rollout_ref.actor.pad_to_length="
+                "false (and actor_rollout_ref.actor.megatron.pad_to_length=false on Megatron)."
+            )
     if OmegaConf.select(config, "distillation.enabled", default=False):
         raise ValueError(
             "TROLL uses verl's top-K logits hook, which distillation also uses. Set distillation.enabled=false."
