@@ -22,6 +22,7 @@ import json
 import os
 import subprocess
 import sys
+import uuid
 
 import psutil
 import pytest
@@ -37,21 +38,22 @@ def assets(tmp_path_factory):
     return build_assets(str(tmp_path_factory.mktemp("tiny_cache")), log=None)
 
 
-def _ray_processes(marker: str = "trollray-") -> list:
-    """Processes of any of our private Ray instances (daemons carry the temp dir; workers are named ray::)."""
-    left = []
-    for proc in psutil.process_iter(["cmdline"]):
-        try:
-            cmd = " ".join(proc.info["cmdline"] or ())
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            continue
-        if marker in cmd or cmd.startswith("ray::"):
-            left.append(cmd[:120])
-    return left
+# Every process of these tests' runs (driver, Ray daemons, workers) inherits this variable, so the check below sees
+# only our own leftovers, not another Ray instance on the same machine (a benchmark, a second CI job).
+_TAG_VAR = "TROLL_E2E_RUN_TAG"
+_TAG = {_TAG_VAR: uuid.uuid4().hex}
 
 
 def _no_ray_left() -> list:
-    return _ray_processes()
+    """Command lines of processes still alive that any run of this module started (empty when cleanup worked)."""
+    left = []
+    for proc in psutil.process_iter(["cmdline"]):
+        try:
+            if proc.environ().get(_TAG_VAR) == _TAG[_TAG_VAR]:
+                left.append(" ".join(proc.info["cmdline"] or ())[:120])
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return left
 
 
 def _train_rows(rows):
@@ -70,7 +72,7 @@ def test_troll_through_verls_own_main_ppo(assets, tmp_path):
         "ray_kwargs.ray_init.num_cpus=5",
         "++ray_kwargs.ray_init.num_gpus=1",
     ]
-    result = run_trainer(overrides, run_dir, module="verl.trainer.main_ppo", timeout_s=RUN_TIMEOUT_S)
+    result = run_trainer(overrides, run_dir, module="verl.trainer.main_ppo", timeout_s=RUN_TIMEOUT_S, env=_TAG)
     assert result.returncode == 0, open(result.log_path).read()[-4000:]
     rows = _train_rows(result.rows())
     assert [r["step"] for r in rows] == [1, 2, 3]
@@ -92,7 +94,7 @@ def test_troll_through_verls_own_main_ppo(assets, tmp_path):
 def test_clip_baseline_through_the_quickstart_cli(assets, tmp_path):
     """``python -m troll_verl.quickstart`` with loss_mode=vanilla: summary.json, the plot, no TROLL metrics."""
     out_dir = tmp_path / "qs"
-    env = {**os.environ, "TROLL_VERL_CACHE": os.path.dirname(assets.root)}
+    env = {**os.environ, "TROLL_VERL_CACHE": os.path.dirname(assets.root), **_TAG}
     proc = subprocess.run(
         [sys.executable, "-m", "troll_verl.quickstart", "--steps", "2", "--loss-mode", "vanilla", "--out-dir",
          str(out_dir), "--timeout", str(RUN_TIMEOUT_S), "--", "trainer.test_freq=-1"],
@@ -126,7 +128,7 @@ def test_checkpoint_and_resume_continue_with_the_same_data_order(assets, tmp_pat
         overrides = tiny_cpu_overrides(assets, steps=4, batch_prompts=8, n=4, run_dir=run_dir) + common + [
             f"trainer.rollout_data_dir={run_dir}/rollouts", *extra
         ]  # fmt: skip
-        result = run_trainer(overrides, run_dir, timeout_s=RUN_TIMEOUT_S)
+        result = run_trainer(overrides, run_dir, timeout_s=RUN_TIMEOUT_S, env=_TAG)
         assert result.returncode == 0, open(result.log_path).read()[-4000:]
         return run_dir, [r["step"] for r in _train_rows(result.rows())]
 
