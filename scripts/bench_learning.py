@@ -18,7 +18,9 @@ tiny_cpu_overrides`) and reports, per variant, TROLL against its clip baseline m
 
 - steps to target: the first step whose trailing 5-step mean train reward reaches ``--target`` (a run that never
   gets there counts as ``steps + 1`` and is marked ``>``);
-- final reward: mean train reward over the last 10 steps; final greedy validation accuracy;
+- final reward: mean train reward over the last 10 steps; gain: that minus the mean of the first 5 steps; the
+  step-1 reward (sampled from the same initial model by both losses: the paired sampling noise); final greedy
+  validation accuracy;
 - entropy over the last 10 steps.
 
 Variants: ``grpo`` (token ratio; clip = verl's ``vanilla`` with clip 0.2 and dual-clip 3) and ``gspo`` (sequence
@@ -78,8 +80,10 @@ def run_stats(rows: list[dict], target: float) -> dict:
     return {
         "steps": len(train),
         "steps_to_target": steps_to_target(rewards, target),
+        "reward_step1": rewards[0],  # both losses sample step 1 from the same model: the paired sampling noise
         "reward_start": statistics.mean(rewards[:5]),
         "reward_final": statistics.mean(rewards[-10:]),
+        "gain": statistics.mean(rewards[-10:]) - statistics.mean(rewards[:5]),
         "val_final": val[-1] if val else None,
         "entropy_final": statistics.mean(entropy[-10:]) if entropy else None,
         "seconds_per_step": statistics.median(r["timing_s/step"] for r in train[1:]) if len(train) > 1 else None,
@@ -101,8 +105,9 @@ def report(results: dict, seeds: list[int], steps: int, target: float) -> str:
         f"target: trailing 5-step mean train reward >= {target}; seeds {seeds}; {steps} steps; "
         "unreached counts as steps+1",
         "",
-        "| variant | loss | steps to target (per seed) | mean steps | final reward | final val acc | final entropy |",
-        "|---|---|---|---|---|---|---|",
+        "| variant | loss | steps to target (per seed) | mean steps | step-1 reward (per seed) | gain | final reward "
+        "| final val acc | final entropy |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     ratios = {}
     for variant in VARIANTS:
@@ -115,16 +120,21 @@ def report(results: dict, seeds: list[int], steps: int, target: float) -> str:
             reached = [r["steps_to_target"] for r in runs]
             means[loss] = statistics.mean(v if v is not None else steps + 1 for v in reached)
             vals = [r["val_final"] for r in runs if r["val_final"] is not None]
+            step1 = ", ".join(f"{r['reward_step1']:.3f}" for r in runs)
             lines.append(
                 f"| {variant} | {loss} | {_fmt_steps(reached, steps)} | {means[loss]:.1f} | "
-                f"{_mean_sd([r['reward_final'] for r in runs])} | {_mean_sd(vals) if vals else 'n/a'} | "
-                f"{_mean_sd([r['entropy_final'] for r in runs])} |"
+                f"{step1} | {_mean_sd([r['gain'] for r in runs])} | {_mean_sd([r['reward_final'] for r in runs])} | "
+                f"{_mean_sd(vals) if vals else 'n/a'} | {_mean_sd([r['entropy_final'] for r in runs])} |"
             )
         if len(means) == 2:
             ratios[variant] = means["troll"] / means["clip"]
     lines.append("")
     for variant, ratio in ratios.items():
-        lines.append(f"{variant}: TROLL / clip mean steps to target = {ratio:.2f}")
+        pairs = [(results.get(f"{variant}/troll/seed{s}"), results.get(f"{variant}/clip/seed{s}")) for s in seeds]
+        time_ratios = [t["seconds_per_step"] / c["seconds_per_step"] for t, c in pairs
+                       if t and c and t["seconds_per_step"] and c["seconds_per_step"]]  # fmt: skip
+        lines.append(f"{variant}: TROLL / clip mean steps to target = {ratio:.2f}; median seconds per step, TROLL / "
+                     f"clip per seed: {', '.join(f'{r:.2f}' for r in time_ratios)}")  # fmt: skip
     return "\n".join(lines)
 
 
@@ -148,6 +158,7 @@ def main(argv=None) -> int:
         rows = read_metrics(os.path.join(run_dir, "metrics.jsonl"))
         if sum(1 for r in rows if REWARD_KEY in r) >= args.steps and key in results:
             print(f"[{index}/{len(plan)}] {key}: reusing finished run", flush=True)
+            results[key] = run_stats(rows, args.target)  # from its log, so new statistics apply to old runs
             continue
         print(f"[{index}/{len(plan)}] {key}: running {args.steps} steps ...", flush=True)
         start = time.perf_counter()
