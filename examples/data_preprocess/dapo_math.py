@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import sys
 
-from troll_verl.data.common import base_parser, input_files, load_records, write_splits
+from troll_verl.data.common import base_parser, convert_and_write, input_files, load_records
 from troll_verl.data.dapo_math import (
     HF_SPLIT,
     HF_TRAIN_PATH,
@@ -49,19 +49,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     files = input_files(parser, args)
     sources = {"train": (HF_TRAIN_PATH, TRAIN_DATA_SOURCE), "val": (HF_VAL_PATH, VAL_DATA_SOURCE)}
-    try:
-        rows = {}
-        for split, (hf_path, data_source) in sources.items():
-            records = load_records(files[split], hf_path, None, HF_SPLIT)
-            rows[split], report = build_dapo_split(
-                records, split, data_source, args.max_samples, dedup=not args.no_dedup
-            )
-            print(report.summary())
-        write_splits(args.local_dir, rows)
-    except ValueError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 1
-    return 0
+
+    def convert(split: str):
+        hf_path, data_source = sources[split]
+        records = load_records(files[split], hf_path, None, HF_SPLIT)
+        return build_dapo_split(records, split, data_source, args.max_samples, dedup=not args.no_dedup)
+
+    return convert_and_write(args.local_dir, convert)
 
 
 if __name__ == "__main__":

@@ -32,10 +32,9 @@ Without --train-file/--val-file the dataset is downloaded with datasets.load_dat
 
 from __future__ import annotations
 
-import os
 import sys
 
-from troll_verl.data.common import base_parser, input_files, load_records, write_splits
+from troll_verl.data.common import base_parser, convert_and_write, input_files, load_records
 from troll_verl.data.eurus2 import HF_PATH, HF_SPLITS, SUBSETS, build_eurus2_split
 
 
@@ -44,18 +43,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--subset", choices=SUBSETS, required=True, help="which rows to write: math or code")
     args = parser.parse_args(argv)
     files = input_files(parser, args)
-    local_dir = args.local_dir.replace("<subset>", args.subset)
-    try:
-        rows = {}
-        for split in ("train", "val"):
-            records = load_records(files[split], HF_PATH, None, HF_SPLITS[split])
-            rows[split], report = build_eurus2_split(records, split, args.subset, args.max_samples)
-            print(report.summary())
-        write_splits(os.path.expanduser(local_dir), rows)
-    except ValueError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 1
-    return 0
+
+    def convert(split: str):
+        records = load_records(files[split], HF_PATH, None, HF_SPLITS[split])
+        return build_eurus2_split(records, split, args.subset, args.max_samples)
+
+    return convert_and_write(args.local_dir.replace("<subset>", args.subset), convert)
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import sys
 
-from troll_verl.data.common import base_parser, input_files, load_records, write_splits
+from troll_verl.data.common import base_parser, convert_and_write, input_files, load_records
 from troll_verl.data.gsm8k import HF_NAME, HF_PATH, HF_SPLITS, build_gsm8k_split
 
 
@@ -35,17 +35,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = base_parser(__doc__, default_local_dir="~/data/troll/gsm8k")
     args = parser.parse_args(argv)
     files = input_files(parser, args)
-    try:
-        rows = {}
-        for split in ("train", "val"):
-            records = load_records(files[split], HF_PATH, HF_NAME, HF_SPLITS[split])
-            rows[split], report = build_gsm8k_split(records, split, args.max_samples)
-            print(report.summary())
-        write_splits(args.local_dir, rows)
-    except ValueError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 1
-    return 0
+
+    def convert(split: str):
+        records = load_records(files[split], HF_PATH, HF_NAME, HF_SPLITS[split])
+        return build_gsm8k_split(records, split, args.max_samples)
+
+    return convert_and_write(args.local_dir, convert)
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,6 +35,7 @@ __all__ = [
     "SplitReport",
     "SPLITS",
     "base_parser",
+    "convert_and_write",
     "input_files",
     "last_user_content",
     "load_records",
@@ -289,6 +291,30 @@ def write_splits(local_dir: str | os.PathLike, rows_by_split: Mapping[str, list[
         counts[split] = check_rl_parquet(path)
         print(f"wrote {path}: {counts[split]} rows, verl RL schema check passed")
     return counts
+
+
+def convert_and_write(
+    local_dir: str | os.PathLike, convert: Callable[[str], tuple[list[dict], SplitReport]]
+) -> int:
+    """The body of every ``examples/data_preprocess`` CLI: convert each split, print its report, write both files.
+
+    Args:
+        local_dir: The output directory (see :func:`write_splits`).
+        convert: ``split -> (rows, report)`` for ``"train"`` and ``"val"``.
+
+    Returns:
+        The process exit status: 0, or 1 after printing the ``ValueError`` that stopped it (no rows, a bad file).
+    """
+    try:
+        rows = {}
+        for split in SPLITS:
+            rows[split], report = convert(split)
+            print(report.summary())
+        write_splits(local_dir, rows)
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def base_parser(description: str, default_local_dir: str) -> argparse.ArgumentParser:
