@@ -173,9 +173,8 @@ def test_sampling_params_from_request():
 # the server actor (its class, driven in this process) and the adapter
 # ------------------------------------------------------------------------------------------------------------
 def _configs(model_dir, *overrides):
-    from verl.utils.config import omega_conf_to_dataclass
-
     from _verl_engine import compose_config
+    from verl.utils.config import omega_conf_to_dataclass
 
     config = compose_config(
         model_dir, "actor_rollout_ref.rollout.name=hf", "actor_rollout_ref.rollout.dtype=float32",

@@ -123,7 +123,7 @@ def _build_into(out: str, spec: TinySpec, log: Callable[[str], None]) -> dict:
 
     from ..rollout.sampler import SamplingParams, generate_batch
     from .model import build_model, encode_example, tiny_qwen2_config, warm_up
-    from .task import AdditionTask, compute_score, DATA_SOURCE
+    from .task import DATA_SOURCE, AdditionTask, compute_score
     from .tokenizer import build_tokenizer
 
     start = time.perf_counter()
