@@ -79,7 +79,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from troll_verl.rewards import Reason, make_result
-from troll_verl.rewards.math import (
+from troll_verl.rewards.processes import (
     LineReader,
     WorkerError,
     child_env,
