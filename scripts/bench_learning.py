@@ -42,6 +42,7 @@ import statistics
 import sys
 import time
 
+from troll_verl.plotting import smooth
 from troll_verl.quickstart import REWARD_KEY, VAL_KEY, read_metrics, run_trainer, tiny_cpu_overrides
 from troll_verl.tiny import build_assets
 
@@ -80,11 +81,9 @@ VARIANTS = {
 
 
 def steps_to_target(rewards: list[float], target: float, window: int = 5) -> int | None:
-    for i in range(len(rewards)):
-        chunk = rewards[max(0, i - window + 1) : i + 1]
-        if len(chunk) == window and sum(chunk) / window >= target:
-            return i + 1
-    return None
+    """The first step whose trailing ``window``-step mean reaches ``target`` (full windows only), else None."""
+    means = smooth(rewards, window)
+    return next((i + 1 for i in range(window - 1, len(means)) if means[i] >= target), None)
 
 
 def run_stats(rows: list[dict], target: float) -> dict:

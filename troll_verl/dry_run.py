@@ -152,6 +152,10 @@ def _files(value: Any) -> list[str]:
     return [str(v) for v in value]
 
 
+def _n_gpus(config: DictConfig) -> int:
+    return int(config.trainer.n_gpus_per_node) * int(config.trainer.nnodes)
+
+
 def _check_startup(config: DictConfig, actor: Any, rollout: Any, use_ref: bool, critic: Any | None) -> list[str]:
     """verl's start-up assertions that depend on the config alone, run ahead of time; returns warnings.
 
@@ -160,7 +164,7 @@ def _check_startup(config: DictConfig, actor: Any, rollout: Any, use_ref: bool, 
     """
     warnings: list[str] = []
     arr = config.actor_rollout_ref
-    n_gpus = int(config.trainer.n_gpus_per_node) * int(config.trainer.nnodes)
+    n_gpus = _n_gpus(config)
 
     # ActorRolloutRefWorker.init_model: colocated rollout replicas tile the trainer's GPUs.
     infer_world = rollout.tensor_model_parallel_size * rollout.data_parallel_size * rollout.pipeline_model_parallel_size
@@ -285,7 +289,7 @@ def dry_run(config: DictConfig) -> dict[str, Any]:
     train_files, val_files = _files(config.data.train_files), _files(config.data.val_files)
     missing = [f for f in train_files + val_files if not os.path.exists(os.path.expanduser(f))]
     custom_fn = config.reward.get("custom_reward_function") or {}
-    n_gpus = int(config.trainer.n_gpus_per_node) * int(config.trainer.nnodes)
+    n_gpus = _n_gpus(config)
     summary: dict[str, Any] = {
         "variant": _infer_variant(
             loss_mode, algorithm.adv_estimator, algorithm.norm_adv_by_std_in_grpo, actor.loss_agg_mode, ratio_level

@@ -575,11 +575,15 @@ def _draw(ax, panel: Panel, runs: list[Run], colors: dict[str, str], window: int
 
 
 def _panel_names(runs: list[Run], metrics: list[str] | None) -> list[str]:
+    """The chosen panels (default all) that some run has data for; raises if none has, or a name is unknown."""
     names = list(PANELS) if metrics is None else list(metrics)
     unknown = [n for n in names if n not in PANELS]
     if unknown:
         raise ValueError(f"unknown panel(s) {unknown}; choose from {list(PANELS)}")
-    return [n for n in names if any(PANELS[n].series(run.rows) for run in runs)]
+    with_data = [n for n in names if any(PANELS[n].series(run.rows) for run in runs)]
+    if not with_data:
+        raise ValueError(f"no run has data for any of the panels {metrics or list(PANELS)}")
+    return with_data
 
 
 def _as_runs(runs: dict[str, list[dict]] | list[Run]) -> list[Run]:
@@ -641,8 +645,6 @@ def plot_runs(
     """
     run_list = _as_runs(runs)
     names = _panel_names(run_list, metrics)
-    if not names:
-        raise ValueError(f"no run has data for any of the panels {metrics or list(PANELS)}")
     return _overview(run_list, names, path, title, smooth_window)
 
 
@@ -663,8 +665,6 @@ def write_plots(
     """
     run_list = _as_runs(runs)
     names = _panel_names(run_list, metrics)
-    if not names:
-        raise ValueError(f"no run has data for any of the panels {metrics or list(PANELS)}")
     os.makedirs(out_dir, exist_ok=True)
     plt = _pyplot()
     colors = _colors(run_list)
