@@ -204,6 +204,27 @@ def test_inside_trust_region_is_unclipped_ratio_without_regression():
     torch.testing.assert_close(loss, expected)
 
 
+@pytest.mark.parametrize("ratio_level", ["token", "sequence"])
+@pytest.mark.parametrize("tail", ["bucket", "renormalize"])
+def test_zero_advantages_give_exactly_zero_gradient_in_fp32(ratio_level, tail):
+    """Old and current policy identical (the first mini-batch of a step), every advantage 0: the loss gradient is
+    exactly zero, as clip's is. Before the fix the regression term's fp32 rounding noise on unprojected rows
+    (zero in exact arithmetic) leaked into the logits' gradient, and Adam turned it into a full-size step."""
+    g = torch.Generator().manual_seed(3)
+    B, T, V, K = 4, 6, 300, 16
+    z = (torch.randn(B * T, V, generator=g) * 2).requires_grad_(True)
+    sampled = torch.multinomial(torch.softmax(z.detach(), -1), 1, generator=g).squeeze(1)
+    old = old_topk_from_logits(z.detach(), topk=K, mass_delta=1e-5)
+    old_lp = torch.log_softmax(z.detach(), -1).gather(1, sampled[:, None]).view(B, T)
+    cfg = _actor_config("seq-mean-token-mean", ratio_level=ratio_level, tail=tail, topk=K)
+    sup = troll_sparse_from_logits(z, sampled, old, old_lp.view(-1), topk=K, mass_delta=1e-5).reshape(B, T)
+    mask = torch.ones(B, T, dtype=torch.bool)
+    loss, m = compute_policy_loss_troll(old_lp, None, torch.zeros(B, T), mask, cfg.loss_agg_mode, cfg, support=sup)
+    (grad,) = torch.autograd.grad(loss, z)
+    assert m["troll/projected_frac"] == 0.0 and m["troll/regression_loss"] == 0.0
+    assert bool((grad == 0).all()), f"max |grad| {grad.abs().max().item():.3g}"
+
+
 def test_padding_garbage_does_not_leak():
     d = _batch()
     cfg = _actor_config()

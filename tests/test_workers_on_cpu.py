@@ -165,6 +165,46 @@ def test_update_loss_and_gradients_match_core_loss_from_full_logits(model_dir, r
         torch.testing.assert_close(g, ref_grads[name].grad, atol=1e-5, rtol=1e-4, msg=name)
 
 
+def _full_params(worker) -> dict[str, torch.Tensor]:
+    out = {}
+    for name, p in worker.actor.engine.module.named_parameters():
+        t = p.full_tensor() if hasattr(p, "full_tensor") else p
+        out[name] = t.detach().clone()
+    return out
+
+
+def test_zero_advantages_leave_the_policy_unchanged(model_dir):
+    """Review finding: with every advantage 0 TROLL's gradient is exactly zero (as clip's is), so Adam steps leave
+    the weights bit-for-bit unchanged, over several mini-batches and epochs, and nothing is ever projected.
+
+    Before the fix the regression term's fp32 rounding noise on unprojected rows (exactly zero in exact arithmetic)
+    reached Adam, which normalised it into a full-size step."""
+    cfg = compose_config(
+        model_dir,
+        "actor_rollout_ref.actor.optim.lr=1e-3",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1",
+        "actor_rollout_ref.actor.optim.weight_decay=0.0",
+    )
+    worker = make_actor_worker(cfg)
+    batch = make_batch(VOCAB, PROMPTS, RESPONSES, seed=6)
+    before = _full_params(worker)
+    old = old_pass(worker, batch, 1.0)
+    grads = _capture_grads_before_step(worker)
+    adv = torch.zeros(4, max(RESPONSES))
+    history = []
+    for _ in range(2):  # 2 epochs over 2 mini-batches: 4 optimizer steps
+        data = update_batch(batch, old, adv, 1.0, mini_batch_size=2)
+        history.append(tu.get(worker.update_actor(data), "metrics"))
+    assert grads and all(bool((g == 0).all()) for g in grads.values()), "TROLL's gradient must be exactly zero"
+    after = _full_params(worker)
+    assert all(torch.equal(before[k], after[k]) for k in before), "an optimizer step moved the weights"
+    for metrics in history:
+        assert max(metrics["troll/projected_frac"]) == 0.0
+        assert max(metrics["troll/kl_before"]) <= 1e-6
+        assert max(metrics["troll/regression_loss"]) == 0.0
+
+
 def _response_logprob(worker, batch):
     out = old_pass(worker, batch, TEMPERATURE, store=False)
     from verl.workers.utils.padding import response_from_nested

@@ -108,7 +108,12 @@ def troll_token_terms(
     )
     idx = support.sampled_index[..., None]
     # TROLL §4: regression of the raw output onto its own projection, KL(π̃ ‖ sg π) on S + tail.
-    reg = torch.where(sup_mask, torch.exp(new_lp) * (new_lp - proj.logprobs.detach()), 0.0).sum(-1)
+    # NOTE: computed on projected rows only. On a row inside the ball π = π̃ exactly (η = 0), so the term is zero
+    # in value and in exact gradient; its floating-point gradient, π̃_a (1 − Σ_b π̃_b) w.r.t. log π̃_a, is rounding
+    # noise (~1e-6 per row in fp32) that Adam normalises into a full-size step, moving a policy whose advantages
+    # are all zero. Masking keeps the loss the same function with an exactly zero gradient there.
+    reg_mask = sup_mask & proj.projected[..., None]
+    reg = torch.where(reg_mask, torch.exp(new_lp) * (new_lp - proj.logprobs.detach()), 0.0).sum(-1)
     with torch.no_grad():
         projected = proj.projected.to(new_lp.dtype)
         eta = torch.where(proj.projected, proj.eta, 0.0)
