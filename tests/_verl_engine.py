@@ -54,21 +54,25 @@ def init_single_process_group() -> None:
     dist.init_process_group("gloo", rank=0, world_size=1)
 
 
-def tiny_model_dir(path: str, vocab: int = 128, layers: int = 2, seed: int = 0, mix_positions: bool = True) -> str:
+def tiny_model_dir(
+    path: str, vocab: int = 128, layers: int = 2, seed: int = 0, mix_positions: bool = True, hidden: int = 32,
+    heads: int = 4, intermediate: int | None = None,
+) -> str:  # fmt: skip
     """Save a random tiny Qwen2 (fp32) to ``path`` and return it.
 
     ``mix_positions=False`` zeroes every attention output projection, so each position's logits depend on its own
-    token only (used to test sequence-parallel bookkeeping without a sequence-parallel attention kernel).
+    token only (used to test sequence-parallel bookkeeping without a sequence-parallel attention kernel). vLLM's CPU
+    attention needs a head dimension ``hidden // heads`` of 32 or more.
     """
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     cfg = Qwen2Config(
         vocab_size=vocab,
-        hidden_size=32,
-        intermediate_size=64,
+        hidden_size=hidden,
+        intermediate_size=intermediate or 2 * hidden,
         num_hidden_layers=layers,
-        num_attention_heads=4,
-        num_key_value_heads=2,
+        num_attention_heads=heads,
+        num_key_value_heads=max(1, heads // 2),
         max_position_embeddings=256,
         tie_word_embeddings=False,
     )

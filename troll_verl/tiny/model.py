@@ -28,11 +28,14 @@ import torch
 
 from .task import answer_text, prompt_text
 
-__all__ = ["tiny_qwen2_config", "build_model", "encode_example", "warm_up"]
+__all__ = ["tiny_qwen2_config", "build_model", "encode_example", "warm_up", "generate"]
 
 
 def tiny_qwen2_config(vocab_size: int, *, eos_token_id: int, pad_token_id: int, max_positions: int = 128):
-    """A 2-layer Qwen2 (hidden 64, 4 heads / 2 KV heads, tied embeddings): ~0.1 M parameters, fp32."""
+    """A 2-layer Qwen2 (hidden 64, 2 heads of dimension 32, tied embeddings): ~0.1 M parameters, fp32.
+
+    The head dimension is one vLLM's CPU attention kernel supports (32, 64, 80, ...; 16 is refused).
+    """
     from transformers import Qwen2Config
 
     return Qwen2Config(
@@ -40,7 +43,7 @@ def tiny_qwen2_config(vocab_size: int, *, eos_token_id: int, pad_token_id: int, 
         hidden_size=64,
         intermediate_size=128,
         num_hidden_layers=2,
-        num_attention_heads=4,
+        num_attention_heads=2,
         num_key_value_heads=2,
         max_position_embeddings=max_positions,
         tie_word_embeddings=True,
@@ -109,3 +112,34 @@ def warm_up(
             log(f"warm-up step {step + 1}/{steps}: loss {loss_value:.3f}")
     model.eval()
     return {"steps": steps, "final_loss": loss_value, "seconds": time.perf_counter() - start}
+
+
+@torch.no_grad()
+def generate(model, prompts: list[list[int]], *, pad_token_id: int, eos_token_id: int, max_new_tokens: int,
+             temperature: float = 0.0, seed: int = 0) -> list[list[int]]:  # fmt: skip
+    """Generated token ids per prompt (EOS included when produced), with ``transformers``' ``generate``.
+
+    Greedy at ``temperature=0``, else sampling from ``softmax(logits / temperature)`` with no top-k/top-p.
+    Prompts are left-padded into one batch.
+    """
+    width = max(len(p) for p in prompts)
+    input_ids = torch.full((len(prompts), width), pad_token_id, dtype=torch.long)
+    attention_mask = torch.zeros_like(input_ids)
+    for row, ids in enumerate(prompts):
+        input_ids[row, width - len(ids) :] = torch.tensor(ids)
+        attention_mask[row, width - len(ids) :] = 1
+    torch.manual_seed(seed)
+    sampling = dict(temperature=temperature, top_k=0, top_p=1.0) if temperature > 0 else {}
+    out = model.generate(
+        input_ids=input_ids, attention_mask=attention_mask, max_new_tokens=max_new_tokens, pad_token_id=pad_token_id,
+        eos_token_id=eos_token_id, do_sample=temperature > 0, **sampling,
+    )  # fmt: skip
+    result = []
+    for row in out[:, width:].tolist():
+        ids = []
+        for token in row:
+            ids.append(token)
+            if token == eos_token_id:
+                break
+        result.append(ids)
+    return result

