@@ -35,8 +35,9 @@ import time
 from troll_verl.quickstart import REWARD_KEY, read_metrics, run_trainer, tiny_cpu_overrides
 from troll_verl.tiny import build_assets
 
-# What selects each backend on top of the quickstart's overrides (which select vLLM).
-ROLLOUTS = {"vllm": [], "hf": ["actor_rollout_ref.rollout.name=hf"]}
+# What selects each backend on top of the quickstart's overrides (which select vLLM). The retired transformers rollout
+# was {"hf": ["actor_rollout_ref.rollout.name=hf"]} (see docs/benchmarks.md for the comparison made before it went).
+ROLLOUTS = {"vllm": []}
 
 
 def run_stats(rows: list[dict], wall_s: float, first_step_s: float | None, sequences: int) -> dict:

@@ -22,12 +22,11 @@ what                        verl registry                             when
 ==========================  ========================================  =====================================
 policy loss ``troll``       ``core_algos.POLICY_LOSS_REGISTRY``       when ``verl.trainer.ppo.core_algos`` loads
 trainer ``troll``           ``ppo.v1.trainer_base.TRAINER_REGISTRY``  when ``verl.trainer.ppo.v1`` loads
-rollout ``hf`` (replica)    ``rollout.replica.RolloutReplicaRegistry``  when ``verl.workers.rollout.replica``
-                                                                      loads
-rollout ``hf`` (adapter)    ``rollout.base._ROLLOUT_REGISTRY``        when ``verl.workers.rollout.base`` loads
 platform ``cpu``            ``plugin.platform.PlatformRegistry``      now, only with ``VERL_PLATFORM=cpu``
 FSDP engines for ``cpu``    ``workers.engine.EngineRegistry``         when ``verl.workers.engine`` loads, only
                                                                       with ``VERL_PLATFORM=cpu``
+rollout ``vllm`` (CPU       ``rollout.replica.RolloutReplicaRegistry``  when ``verl.workers.rollout.replica``
+refit, replaces verl's)                                               loads, only with ``VERL_PLATFORM=cpu``
 ==========================  ========================================  =====================================
 
 Registrations wait for their registry's module (a post-import hook) so that ``import verl`` stays cheap: the
@@ -49,9 +48,7 @@ logger = logging.getLogger(__name__)
 SUPPORTED_VERL = (">=0.9.0", "<0.10")
 POLICY_LOSS_NAME = "troll"
 TRAINER_NAME = "troll"
-ROLLOUT_NAME = "hf"
 VLLM_ROLLOUT_NAME = "vllm"
-_HF_ADAPTER = "troll_verl.rollout.hf.HFServerAdapter"
 
 __all__ = [
     "register",
@@ -60,7 +57,7 @@ __all__ = [
     "SUPPORTED_VERL",
     "POLICY_LOSS_NAME",
     "TRAINER_NAME",
-    "ROLLOUT_NAME",
+    "VLLM_ROLLOUT_NAME",
 ]
 
 
@@ -181,29 +178,6 @@ def _register_trainer(_v1_package) -> None:
     importlib.import_module("troll_verl.trainer")
 
 
-def _load_hf_replica():
-    return importlib.import_module("troll_verl.rollout.hf").HFReplica
-
-
-def _register_rollout_replica(replica_module) -> None:
-    registry = replica_module.RolloutReplicaRegistry
-    existing = registry._registry.get(ROLLOUT_NAME)
-    if existing is not None and existing is not _load_hf_replica:
-        raise RuntimeError(
-            f"verl's rollout registry already has {ROLLOUT_NAME!r} ({existing!r}); uninstall the other plugin."
-        )
-    registry.register(ROLLOUT_NAME, _load_hf_replica)
-
-
-def _register_rollout_adapter(base_module) -> None:
-    # NOTE: verl 0.9 has no public function for this registry (a dict of dotted paths); adding a key is all it takes.
-    key = (ROLLOUT_NAME, "async")
-    existing = base_module._ROLLOUT_REGISTRY.get(key)
-    if existing is not None and existing != _HF_ADAPTER:
-        raise RuntimeError(f"verl's rollout adapter registry already maps {key} to {existing}; uninstall the other plugin.")
-    base_module._ROLLOUT_REGISTRY[key] = _HF_ADAPTER
-
-
 def _register_cpu_engines(_engine_package) -> None:
     from verl.workers.engine import EngineRegistry
     from verl.workers.engine.fsdp.transformer_impl import FSDPEngineWithLMHead, FSDPEngineWithValueHead
@@ -262,8 +236,6 @@ def register() -> None:
 
     when_imported("verl.trainer.ppo.core_algos", _register_policy_loss)
     when_imported("verl.trainer.ppo.v1", _register_trainer)
-    when_imported("verl.workers.rollout.replica", _register_rollout_replica)
-    when_imported("verl.workers.rollout.base", _register_rollout_adapter)
     if cpu_platform_requested():
         _register_cpu_platform()
     _REGISTERED = True

