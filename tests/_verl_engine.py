@@ -56,7 +56,7 @@ def init_single_process_group() -> None:
 
 def tiny_model_dir(
     path: str, vocab: int = 128, layers: int = 2, seed: int = 0, mix_positions: bool = True, hidden: int = 32,
-    heads: int = 4, intermediate: int | None = None,
+    heads: int = 4, intermediate: int | None = None, arch: str = "qwen2", tie: bool = False,
 ) -> str:  # fmt: skip
     """Save a random tiny Qwen2 (fp32) to ``path`` and return it.
 
@@ -64,9 +64,10 @@ def tiny_model_dir(
     token only (used to test sequence-parallel bookkeeping without a sequence-parallel attention kernel). vLLM's CPU
     attention needs a head dimension ``hidden // heads`` of 32 or more.
     """
-    from transformers import Qwen2Config, Qwen2ForCausalLM
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
-    cfg = Qwen2Config(
+    config_cls, model_cls = {"qwen2": (Qwen2Config, Qwen2ForCausalLM), "llama": (LlamaConfig, LlamaForCausalLM)}[arch]
+    cfg = config_cls(
         vocab_size=vocab,
         hidden_size=hidden,
         intermediate_size=intermediate or 2 * hidden,
@@ -74,10 +75,10 @@ def tiny_model_dir(
         num_attention_heads=heads,
         num_key_value_heads=max(1, heads // 2),
         max_position_embeddings=256,
-        tie_word_embeddings=False,
+        tie_word_embeddings=tie,
     )
     torch.manual_seed(seed)
-    model = Qwen2ForCausalLM(cfg)
+    model = model_cls(cfg)
     with torch.no_grad():  # peakier than the default init, so the mass rule keeps a few tokens
         model.lm_head.weight.mul_(40.0)
         if not mix_positions:

