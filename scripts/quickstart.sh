@@ -6,7 +6,8 @@
 #
 # Knobs (environment):
 #   COMPARE=1       also run the clip baseline (loss_mode=vanilla) with the same seed and plot both
-#   STEPS=40        training steps per run
+#   MODEL=tiny      tiny (built-in, 0.1 M parameters) or smollm2 (SmolLM2-135M-Instruct from PyPI)
+#   STEPS=...       training steps per run (default: the model's)
 #   SEED=0          data order and sampling seed
 #   OUT_DIR=...     run directory (default outputs/quickstart/<timestamp>)
 #   TIMEOUT=...     give up a run after this many seconds
@@ -17,7 +18,8 @@ cd "$(dirname "$0")/.."
 source scripts/_venv.sh
 ensure_venv
 
-args=(--steps "${STEPS:-60}" --seed "${SEED:-0}")
+args=(--model "${MODEL:-tiny}" --seed "${SEED:-0}")
+[ -n "${STEPS:-}" ] && args+=(--steps "$STEPS")
 [ "${COMPARE:-0}" = "1" ] && args+=(--compare)
 [ -n "${OUT_DIR:-}" ] && args+=(--out-dir "$OUT_DIR")
 [ -n "${TIMEOUT:-}" ] && args+=(--timeout "$TIMEOUT")

@@ -45,52 +45,118 @@ from .lifetime import Watchdog, new_run_tag, run_env, stop_tagged
 from .platform.cpu import CPU_ENGINE_OVERRIDES, CPU_VLLM_OVERRIDES
 from .plotting import REWARD_KEY, plot_runs, read_metrics
 
-__all__ = ["tiny_cpu_overrides", "run_trainer", "summarize", "plot_runs", "read_metrics", "RunResult", "main",
-           "REWARD_KEY", "VAL_KEY"]  # fmt: skip
+__all__ = ["CPUModel", "MODELS", "cpu_run_overrides", "tiny_cpu_overrides", "run_trainer", "summarize", "plot_runs",
+           "read_metrics", "RunResult", "main", "REWARD_KEY", "VAL_KEY"]  # fmt: skip
 
 VAL_KEY = "val-core/troll_tiny/addition/acc/mean@1"
 _TROLL_KEYS = ("actor/troll/kl_before", "actor/troll/kl_after", "actor/troll/kl_after_max", "actor/troll/eta_mean",
                "actor/troll/projected_frac", "actor/troll/bound_violation_max")  # fmt: skip
-_WINDOW = 5  # steps averaged for "start" and "end" rewards
 
 
-def tiny_cpu_overrides(
+@dataclass(frozen=True)
+class CPUModel:
+    """A model and task the CPU runs can train, with the run settings chosen for it by measurement.
+
+    Attributes:
+        name: what ``MODEL=`` / ``--model`` selects.
+        build: ``build(cache_dir) -> assets`` with ``model_dir``, ``train_file``, ``val_file``, ``root``, ``info``.
+        reward: verl ``custom_reward_function.path`` of the task's scorer (``compute_score``).
+        val_key: the greedy validation accuracy metric verl logs for the task.
+        prompt_length, response_length: token budgets (``data.max_prompt_length``/``max_response_length``).
+        batch_prompts, n, lr, steps, test_freq: defaults of the run (prompts per step, samples per prompt, actor
+            learning rate, training steps, validation interval).
+        micro_batch: sequences per forward/backward micro-batch (memory).
+    """
+
+    name: str
+    build: Callable
+    reward: str
+    val_key: str
+    prompt_length: int
+    response_length: int
+    batch_prompts: int
+    n: int
+    lr: float
+    steps: int
+    test_freq: int
+    micro_batch: int
+
+    def describe(self, assets) -> str:
+        info = assets.info
+        if "warmup_accuracy" in info:
+            return f"tiny Qwen2 ({info['parameters'] / 1e6:.2f} M parameters), warm-up accuracy {info['warmup_accuracy']}"
+        return f"{info['model']} ({info['parameters'] / 1e6:.1f} M parameters, {info['dtype']})"
+
+
+def _build_tiny(cache_dir):
+    from .tiny import build_assets
+
+    return build_assets(cache_dir)
+
+
+def _build_smollm2(cache_dir):
+    from .smollm2 import build_smollm2
+
+    return build_smollm2(cache_dir)
+
+
+MODELS = {
+    # 0.1 M parameters, byte-level: seconds per step; the fast tests and the learning benchmark's built-in task
+    "tiny": CPUModel("tiny", _build_tiny, "pkg://troll_verl.tiny.task", VAL_KEY, prompt_length=32, response_length=8,
+                     batch_prompts=16, n=8, lr=5e-4, steps=40, test_freq=10, micro_batch=64),
+    # SmolLM2-135M-Instruct from PyPI (troll_verl.smollm2): a real pretrained LLM, ~20 s per step on 2 cores
+    "smollm2": CPUModel("smollm2", _build_smollm2, "pkg://troll_verl.smollm2.task",
+                        "val-core/troll_smollm2/addition/acc/mean@1", prompt_length=64, response_length=16,
+                        batch_prompts=8, n=4, lr=2e-5, steps=8, test_freq=4, micro_batch=16),
+}  # fmt: skip
+
+
+def cpu_run_overrides(
+    model: CPUModel,
     assets,
     *,
     loss_mode: str = "troll",
-    steps: int = 40,
+    steps: int | None = None,
     seed: int = 0,
-    batch_prompts: int = 16,
-    n: int = 8,
-    lr: float = 5e-4,
-    test_freq: int = 10,
+    batch_prompts: int | None = None,
+    n: int | None = None,
+    lr: float | None = None,
+    test_freq: int | None = None,
     experiment: str = "quickstart",
     run_dir: str = "outputs/quickstart",
 ) -> list[str]:
-    """Hydra overrides (on ``troll_trainer.yaml``) for GRPO on the tiny task with verl's trainer on the CPU platform.
+    """Hydra overrides (on ``troll_trainer.yaml``) for GRPO on ``model``'s task with verl's trainer and verl's vLLM
+    rollout on the CPU platform. ``None`` arguments take the model's defaults.
 
     Args:
-        assets: :class:`troll_verl.tiny.TinyAssets`.
+        model: a :class:`CPUModel` (:data:`MODELS`).
+        assets: what ``model.build`` returned.
         loss_mode: ``troll`` or ``vanilla`` (the clip baseline, clip 0.2 and dual-clip as verl defaults).
         steps: training steps. seed: data order and rollout sampling seed.
-        batch_prompts, n: prompts per step and samples per prompt (GRPO group size).
+        batch_prompts, n: prompts per step and samples per prompt (GRPO group size); 2 mini-batches per step.
         lr: actor learning rate (AdamW).
         test_freq: validation every so many steps (greedy, on the held-out problems); also before training.
     """
+    steps = model.steps if steps is None else steps
+    batch_prompts = model.batch_prompts if batch_prompts is None else batch_prompts
+    n = model.n if n is None else n
+    lr = model.lr if lr is None else lr
+    test_freq = model.test_freq if test_freq is None else test_freq
+    micro = max(1, min(model.micro_batch, max(1, batch_prompts // 2) * n))
     return [
         *CPU_ENGINE_OVERRIDES,
         f"data.train_files={assets.train_file}",
         f"data.val_files={assets.val_file}",
         f"data.train_batch_size={batch_prompts}",
-        "data.max_prompt_length=32",
-        "data.max_response_length=8",
+        f"data.max_prompt_length={model.prompt_length}",
+        f"data.max_response_length={model.response_length}",
         "data.dataloader_num_workers=0",
         f"data.seed={seed}",
         f"actor_rollout_ref.model.path={assets.model_dir}",
         "actor_rollout_ref.model.use_remove_padding=True",
         f"actor_rollout_ref.actor.policy_loss.loss_mode={loss_mode}",
         f"actor_rollout_ref.actor.ppo_mini_batch_size={max(1, batch_prompts // 2)}",
-        f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={max(1, batch_prompts // 2) * n}",
+        f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={micro}",
         f"actor_rollout_ref.actor.optim.lr={lr}",
         "actor_rollout_ref.actor.optim.weight_decay=0.0",
         "actor_rollout_ref.actor.use_kl_loss=False",
@@ -98,13 +164,13 @@ def tiny_cpu_overrides(
         *CPU_VLLM_OVERRIDES,
         f"actor_rollout_ref.rollout.n={n}",
         f"actor_rollout_ref.rollout.seed={seed}",
-        "actor_rollout_ref.rollout.max_model_len=40",
+        f"actor_rollout_ref.rollout.max_model_len={model.prompt_length + model.response_length}",
         "actor_rollout_ref.rollout.calculate_log_probs=True",
-        f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={batch_prompts * n}",
+        f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={micro}",
         "actor_rollout_ref.rollout.agent.num_workers=1",
         "algorithm.adv_estimator=grpo",
         "algorithm.use_kl_in_reward=False",
-        "reward.custom_reward_function.path=pkg://troll_verl.tiny.task",
+        f"reward.custom_reward_function.path={model.reward}",
         "reward.custom_reward_function.name=compute_score",
         "reward.num_workers=1",
         "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
@@ -119,6 +185,11 @@ def tiny_cpu_overrides(
         f"trainer.experiment_name={experiment}",
         f"trainer.default_local_dir={os.path.join(run_dir, 'checkpoints')}",
     ]
+
+
+def tiny_cpu_overrides(assets, **kwargs) -> list[str]:
+    """:func:`cpu_run_overrides` for the built-in tiny model (``assets``: :class:`troll_verl.tiny.TinyAssets`)."""
+    return cpu_run_overrides(MODELS["tiny"], assets, **kwargs)
 
 
 @dataclass
@@ -234,20 +305,27 @@ def _mean(values: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
-def summarize(rows: list[dict], wall_seconds: float, loss_mode: str) -> dict:
+def reward_window(steps: int) -> int:
+    """Steps averaged for the "start" and "end" rewards: 5, fewer for short runs (a quarter of them, at least 1)."""
+    return max(1, min(5, steps // 4))
+
+
+def summarize(rows: list[dict], wall_seconds: float, loss_mode: str, val_key: str = VAL_KEY) -> dict:
     """``summary.json`` content: steps, reward/validation at start and end, trust-region and entropy metrics."""
     train = [r for r in rows if REWARD_KEY in r]
     rewards = [r[REWARD_KEY] for r in train]
-    val = [(r["step"], r[VAL_KEY]) for r in rows if VAL_KEY in r]
+    val = [(r["step"], r[val_key]) for r in rows if val_key in r]
+    window = reward_window(len(train))
     summary = {
         "loss_mode": loss_mode,
         "steps": max((r["step"] for r in train), default=0),
-        "reward_start": _mean(rewards[:_WINDOW]),
-        "reward_end": _mean(rewards[-_WINDOW:]),
+        "reward_window": window,
+        "reward_start": _mean(rewards[:window]),
+        "reward_end": _mean(rewards[-window:]),
         "val_acc_start": val[0][1] if val else None,
         "val_acc_end": val[-1][1] if val else None,
-        "entropy_start": _mean([r["actor/entropy"] for r in train[:_WINDOW] if "actor/entropy" in r]),
-        "entropy_end": _mean([r["actor/entropy"] for r in train[-_WINDOW:] if "actor/entropy" in r]),
+        "entropy_start": _mean([r["actor/entropy"] for r in train[:window] if "actor/entropy" in r]),
+        "entropy_end": _mean([r["actor/entropy"] for r in train[-window:] if "actor/entropy" in r]),
         "rollout_actor_logprob_gap_max": max(
             (r.get("training/rollout_probs_diff_max", 0.0) for r in train), default=None
         ),
@@ -268,14 +346,14 @@ def _fmt_s(seconds: float) -> str:
     return f"{int(seconds // 60)}m{int(seconds % 60):02d}s"
 
 
-def _progress_printer(label: str, total: int, start: float) -> Callable[[dict], None]:
+def _progress_printer(label: str, total: int, start: float, val_key: str = VAL_KEY) -> Callable[[dict], None]:
     def show(row: dict) -> None:
         step = row["step"]
         parts = [f"[{label}] step {step:>3}/{total}"]
         if REWARD_KEY in row:
             parts.append(f"reward {row[REWARD_KEY]:.3f}")
-        if VAL_KEY in row:
-            parts.append(f"val acc {row[VAL_KEY]:.2f}")
+        if val_key in row:
+            parts.append(f"val acc {row[val_key]:.2f}")
         if "actor/troll/kl_after" in row:
             parts.append(
                 f"KL {row['actor/troll/kl_before']:.4f}→{row['actor/troll/kl_after']:.4f} "
@@ -298,7 +376,7 @@ def _print_summary(label: str, summary: dict) -> None:
         return "n/a" if x is None else format(x, spec)
 
     print(f"\n== {label}: {summary['steps']} steps in {_fmt_s(summary['wall_seconds'])} ==")
-    print(f"  reward (train, mean of first/last {_WINDOW} steps): {f(summary['reward_start'])} -> "
+    print(f"  reward (train, mean of first/last {summary['reward_window']} steps): {f(summary['reward_start'])} -> "
           f"{f(summary['reward_end'])}")  # fmt: skip
     print(f"  validation accuracy (greedy, held-out problems):  {f(summary['val_acc_start'], '.2f')} -> "
           f"{f(summary['val_acc_end'], '.2f')}")  # fmt: skip
@@ -318,17 +396,20 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m troll_verl.quickstart", description=__doc__, formatter_class=argparse.RawTextHelpFormatter
     )
-    parser.add_argument("--steps", type=int, default=40, help="training steps (default 40)")
+    parser.add_argument("--model", default="tiny", choices=list(MODELS),
+                        help="tiny: the built-in 0.1 M model; smollm2: SmolLM2-135M-Instruct from PyPI (default tiny)")
+    parser.add_argument("--steps", type=int, default=None, help="training steps (default: the model's, tiny 40)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--loss-mode", default="troll", choices=["troll", "vanilla"])
     parser.add_argument("--compare", action="store_true", help="also run the clip baseline (loss_mode=vanilla)")
     parser.add_argument("--out-dir", default=None, help="default: outputs/quickstart/<timestamp>")
-    parser.add_argument("--cache-dir", default=None, help="tiny-asset cache (default: $TROLL_VERL_CACHE or ~/.cache)")
+    parser.add_argument("--cache-dir", default=None, help="asset cache (default: $TROLL_VERL_CACHE or ~/.cache)")
     parser.add_argument("--timeout", type=float, default=None, help="seconds per run before giving up")
     parser.add_argument("overrides", nargs="*", help="extra Hydra overrides (after --)")
     args = parser.parse_args(argv)
 
-    from .tiny import build_assets
+    model = MODELS[args.model]
+    steps = model.steps if args.steps is None else args.steps
 
     def _terminate(signum, _frame):  # SIGTERM/SIGHUP: unwind through run_trainer's cleanup
         raise SystemExit(128 + signum)
@@ -338,22 +419,26 @@ def main(argv: list[str] | None = None) -> int:
 
     out_dir = args.out_dir or os.path.join("outputs", "quickstart", time.strftime("%Y%m%d-%H%M%S"))
     os.makedirs(out_dir, exist_ok=True)
-    assets = build_assets(args.cache_dir)
-    print(f"[troll-verl] tiny assets: {assets.root} (warm-up accuracy: {assets.info['warmup_accuracy']})")
+    try:
+        assets = model.build(args.cache_dir)
+    except RuntimeError as e:  # the real model's AssetError names the fix
+        print(f"[troll-verl] ERROR: could not build the {model.name} model: {e}", file=sys.stderr)
+        return 1
+    print(f"[troll-verl] model: {model.describe(assets)}; assets: {assets.root}")
     modes = [args.loss_mode] + (["vanilla" if args.loss_mode == "troll" else "troll"] if args.compare else [])
     summaries, runs = {}, {}
     total_start = time.perf_counter()
     for mode in modes:
         label = "TROLL" if mode == "troll" else "clip (vanilla)"
         run_dir = os.path.join(out_dir, mode)
-        overrides = tiny_cpu_overrides(assets, loss_mode=mode, steps=args.steps, seed=args.seed, experiment=mode,
-                                       run_dir=run_dir) + list(args.overrides)  # fmt: skip
-        print(f"[troll-verl] {label}: starting Ray and verl's trainer on the CPU (about 40 s before step 1); "
+        overrides = cpu_run_overrides(model, assets, loss_mode=mode, steps=steps, seed=args.seed, experiment=mode,
+                                      run_dir=run_dir) + list(args.overrides)  # fmt: skip
+        print(f"[troll-verl] {label}: starting Ray, verl's trainer and vLLM on the CPU (1.5-2 minutes before step 1); "
               f"full log: {os.path.join(run_dir, 'trainer.log')}", flush=True)  # fmt: skip
         start = time.perf_counter()
         try:
             result = run_trainer(overrides, run_dir, timeout_s=args.timeout,
-                                 on_step=_progress_printer(label, args.steps, start))  # fmt: skip
+                                 on_step=_progress_printer(label, steps, start, model.val_key))  # fmt: skip
         except KeyboardInterrupt:
             print("\n[troll-verl] interrupted; Ray stopped and cleaned up.", file=sys.stderr)
             return 130
@@ -364,7 +449,7 @@ def main(argv: list[str] | None = None) -> int:
                 print("".join(f.readlines()[-40:]), file=sys.stderr)
             return result.returncode or 1
         rows = result.rows()
-        summaries[mode] = summarize(rows, result.wall_seconds, mode)
+        summaries[mode] = summarize(rows, result.wall_seconds, mode, model.val_key)
         runs[label] = rows
         _print_summary(label, summaries[mode])
 
@@ -373,12 +458,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.compare:
         summary["runs"] = summaries
     summary["assets"] = assets.root
+    summary["model"] = model.name
+    summary["model_path"] = assets.model_dir
     summary.update(rollout_info(overrides))
     summary_path = os.path.join(out_dir, "summary.json")
     with open(summary_path, "w") as f:
         json.dump(summary, f, indent=2)
     plot_path = plot_runs(runs, os.path.join(out_dir, "curves.png"),
-                          title=f"GRPO on the built-in addition task (seed {args.seed})")  # fmt: skip
+                          title=f"GRPO, {model.name} model, addition task (seed {args.seed})")  # fmt: skip
     print(f"\n[troll-verl] summary: {os.path.abspath(summary_path)}")
     print(f"[troll-verl] plot:    {os.path.abspath(plot_path)}")
     return 0

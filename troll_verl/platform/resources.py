@@ -122,6 +122,12 @@ def apply_ray_resources(config: DictConfig) -> RayDemand:
             if env_vars is None:
                 config.ray_kwargs.ray_init.runtime_env.env_vars = {}
             config.ray_kwargs.ray_init.runtime_env.env_vars.VERL_PLATFORM = "cpu"
+            # NOTE: Ray pins OMP_NUM_THREADS to an actor's logical CPUs (1 for verl's workers), so the FSDP actor and
+            # vLLM's engine would each compute on one core. On the CPU platform they take turns (generation, then
+            # the old-log-prob pass and the update), so each gets every core; an explicit value wins.
+            threads = OmegaConf.select(config, "ray_kwargs.ray_init.runtime_env.env_vars.OMP_NUM_THREADS", default=None)
+            if threads is None and "OMP_NUM_THREADS" not in os.environ:
+                config.ray_kwargs.ray_init.runtime_env.env_vars.OMP_NUM_THREADS = str(os.cpu_count() or 1)
     return demand
 
 
