@@ -36,7 +36,7 @@ def test_defaults_are_the_papers():
     [
         ("kl_bound", 0.0), ("kl_bound", -0.1), ("kl_bound", float("inf")), ("alpha", -1.0), ("topk", 0),
         ("topk", 2.5), ("mass_delta", 0.0), ("mass_delta", 1.0), ("floor", 0.0), ("floor", 2.0),
-        ("tail", "drop"), ("ratio_level", "seq"), ("solver", "brent"), ("old_value_dtype", "int8"),
+        ("tail", "drop"), ("ratio_level", "seq"), ("solver", "brent"), ("old_value_dtype", "int8"), ("old_estimate", "exact"),
         ("seq_log_ratio_cap", 0.0), ("eta_max", -1.0), ("solver_max_iter", 0), ("solver_tol", 0.0),
         ("chunk_size", 0),
     ],

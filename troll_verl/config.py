@@ -27,6 +27,8 @@ from typing import Any, Optional
 import torch
 from verl.workers.config import PolicyLossConfig
 
+from .sparse import OLD_ESTIMATES
+
 __all__ = ["TrollPolicyLossConfig", "troll_settings", "VALUE_DTYPES"]
 
 _PREFIX = "actor_rollout_ref.actor.policy_loss"
@@ -44,6 +46,10 @@ class TrollPolicyLossConfig(PolicyLossConfig):
         topk (int): K, the largest number of tokens kept per policy and position. Paper: 64.
         mass_delta (float): δ, tokens are kept until their mass reaches 1 − δ. Paper: 1e-5.
         floor (float): probability given to a token the old policy did not store. Paper: 1e-12.
+        old_estimate (str): old-side value of a union token the old pass did not store: ``"floor"`` (the paper's
+            ``floor``), ``"upper"`` (the smallest stored old probability, the largest the token can have) or
+            ``"proportional"`` (the old tail mass shared out like the current policy's, capped likewise); see
+            :func:`troll_verl.sparse._old_side_estimate` and ``docs/benchmarks.md`` for the measurement.
         tail (str): ``"bucket"`` (default) keeps the mass outside the support as one differentiable category;
             ``"renormalize"`` drops it and renormalises on the support (the paper's treatment; ablation only).
         ratio_level (str): ``"token"`` (GRPO, Dr.GRPO, PPO) or ``"sequence"`` (GSPO: the ratio is built from the
@@ -63,6 +69,7 @@ class TrollPolicyLossConfig(PolicyLossConfig):
     topk: int = 64
     mass_delta: float = 1e-5
     floor: float = 1e-12
+    old_estimate: str = "floor"
     tail: str = "bucket"
     ratio_level: str = "token"
     seq_log_ratio_cap: float = 10.0
@@ -84,6 +91,7 @@ class TrollPolicyLossConfig(PolicyLossConfig):
             value = getattr(self, name)
             if not _is_number(value) or not (0.0 < value < 1.0):
                 raise ValueError(f"{_PREFIX}.{name} must lie in (0, 1) (the paper uses {paper}), got {value!r}.")
+        _choice(self, "old_estimate", OLD_ESTIMATES)
         _choice(self, "tail", ("bucket", "renormalize"))
         _choice(self, "ratio_level", ("token", "sequence"))
         _choice(self, "solver", ("newton", "bisection"))

@@ -23,14 +23,19 @@ plus one **tail bucket** holding the mass of every token outside S.
 Floor and tail treatment (our decision, documented in ``docs/troll.md``):
 - The current policy's log-probs on S are exact (gathered from its logits), whichever side put the token in S.
 - The old policy is known only on its stored top-K and at the sampled token (verl's ``old_log_probs``). A token
-  that only the current policy brought into S takes the paper's floor probability (default 1e-12) on the old
-  side.
+  that only the current policy brought into S takes, on the old side, the paper's floor probability (default
+  1e-12, ``old_estimate="floor"``) or an estimate from what the old pass did store (``"upper"``,
+  ``"proportional"``; :func:`_old_side_estimate` derives them).
 - NOTE: the paper drops the tail. Here the tail is an explicit category on both sides: ``log(1 − Σ_S π)``,
   computed exactly from the logits (float64 accumulation) and **differentiable** for the current policy. So
   KL(π̃ ‖ π_old) and the regression term KL(π̃ ‖ sg π) see mass that leaks out of S, and the gradient pulls it
-  back; a tail without gradient lets the network move mass outside S unpenalised (entropy blow-up). The
-  coarse-grained KL is a lower bound of the full-vocabulary KL (data-processing inequality) and exact when the
-  tails are empty. A tail below the floor is clamped to the floor, so every entry stays finite.
+  back; a tail without gradient lets the network move mass outside S unpenalised (entropy blow-up). A tail below
+  the floor is clamped to the floor, so every entry stays finite.
+- How the coarse-grained KL on S + 1 relates to the full-vocabulary KL: *if the old values on S were exact* it
+  would be a lower bound (data-processing inequality), exact when the tails are empty. They are not exact for the
+  tokens only the current policy brought in: the floor puts them far below their true old probability, so the
+  sparse KL can exceed the full KL by orders of magnitude (a sampled LLM at T=1: median 2.6×, ``docs/
+  benchmarks.md``); the ``upper`` estimate puts them at or above it, so the sparse KL can fall slightly below.
 
 Memory (the reason for the custom Functions): the forward pass streams over token chunks of the
 ``(N, V)`` logits, computing a fused softmax into one reused chunk buffer, the log-sum-exp, the top-K and the
@@ -58,6 +63,7 @@ __all__ = [
     "troll_sparse_from_hidden",
     "mass_rule_mask",
     "DEFAULT_CHUNK_BYTES",
+    "OLD_ESTIMATES",
 ]
 
 # Auto chunk size: rows per chunk such that one fp32 (rows, V) temporary is about this large.
@@ -111,6 +117,11 @@ class SparseSupport(NamedTuple):
 # ----------------------------------------------------------------------------------------------------------
 # argument checks
 # ----------------------------------------------------------------------------------------------------------
+def _check_old_estimate(old_estimate: str) -> None:
+    if old_estimate not in OLD_ESTIMATES:
+        raise ValueError(f"old_estimate must be one of {OLD_ESTIMATES}, got {old_estimate!r}.")
+
+
 def _check_support_args(topk: int, mass_delta: float, floor: float | None = None) -> None:
     if not isinstance(topk, int) or isinstance(topk, bool) or topk < 1:
         raise ValueError(f"topk must be an int >= 1 (the paper uses 64), got {topk!r}.")
@@ -537,19 +548,72 @@ class _SparseFromHidden(torch.autograd.Function):
         return grad_h, grad_w, None, None, None, None, None, None, None, None, None
 
 
-def _assemble(new, tail, ids, old_u, valid, old: OldTopK, sampled, sampled_old_lp, floor) -> SparseSupport:
-    """Append the tail bucket as the last column and locate the sampled token.
+OLD_ESTIMATES = ("floor", "upper", "proportional")
 
-    The old tail stored by the old pass is the mass outside the *old* support. Tokens the union adds on the old
-    side (the sampled token if it was not stored, floor entries) are moved out of it so the old distribution
-    over S + 1 still sums to one.
+
+def _old_side_estimate(new, ids, old_u, valid, old: OldTopK, sampled, sampled_old_lp, floor, estimate):
+    """Old log-probs for the union tokens the old pass did not store, and the old tail that is left.
+
+    The old pass stored the old policy's top-K ``T`` (mass rule), the mass ``m_T = Σ_{b∉T} π_old(b)`` outside it, and
+    verl stores the sampled token's old log-prob. A union token ``a`` that only the current policy brought in
+    (``a ∉ T``, ``a ≠ o_t``) has an unknown old probability ``q_a``, and what is known bounds it:
+
+        0 ≤ q_a ≤ p_K := min_{b∈T} π_old(b)     (T holds the most likely tokens, so every other one is at most
+                                                   the least likely stored one)
+        Σ_{a ∉ T} q_a ≤ m_T                       (they all come out of the mass outside T).
+
+    - ``floor`` (the paper, TROLL §5): ``q_a = floor`` (1e-12). Far below the truth when π_old has a long tail
+      (a sampled LLM at T=1), so ``π̃_a log(π̃_a / q_a)`` inflates KL(π̃ ‖ π_old) and TROLL projects tokens that
+      are inside the ball (``docs/benchmarks.md``).
+    - ``upper``: ``q_a = min(p_K, m_T)``, the largest value the bounds allow. ``x ↦ π̃_a log(π̃_a / x)`` falls in
+      x, so each such term is at most the true one: the estimate can under-state the KL, never inflate it.
+    - ``proportional``: the old tail mass shared out like the current policy's mass outside T, capped by the bound,
+      ``q_a = min(p_K, m_T · π̃_a / Σ_{b∉T} π̃_b)`` (π̃ detached): exact when the two policies agree outside T.
+
+    Either way the tokens' mass is taken out of the old tail bucket, so the old distribution over S + 1 still sums
+    to one; where it would go negative the estimates are scaled down to fit (and never below ``floor``).
+
+    Returns:
+        ``(old_u (c, S), old_tail (c,))`` log-probs in ``new``'s dtype.
     """
     cdt = new.dtype
-    n_old = (old.ids >= 0).sum(-1)
+    dtype = torch.float64
+    old_valid = old.ids >= 0
+    sorted_old, _ = torch.where(old_valid, old.ids.long(), torch.iinfo(torch.long).max).sort(dim=-1)
+    pos = torch.searchsorted(sorted_old, ids.clamp_min(0)).clamp_max(sorted_old.shape[1] - 1)
+    stored = valid & (sorted_old.gather(1, pos) == ids)
+    is_sampled = ids == sampled[:, None]
+    unknown = valid & ~stored & ~is_sampled
     in_old = (old.ids.long() == sampled[:, None]).any(-1)
-    n_floor = valid.sum(-1) - n_old - (~in_old).long()
-    extra = torch.where(in_old, 0.0, sampled_old_lp.double().exp()) + n_floor.double() * floor
-    old_tail = torch.log((old.tail_logprob.double().exp() - extra).clamp_min(floor)).to(cdt)
+    sampled_extra = torch.where(in_old, 0.0, sampled_old_lp.to(dtype).exp())
+    tail_mass = old.tail_logprob.to(dtype).exp()
+    if estimate == "floor":
+        q = torch.where(unknown, torch.full_like(old_u, floor, dtype=dtype), 0.0)
+    else:
+        p_k = torch.where(old_valid, old.logprobs.to(dtype), float("inf")).amin(-1).exp()
+        cap = torch.minimum(p_k, tail_mass)[:, None]
+        if estimate == "upper":
+            q = cap.expand_as(old_u)
+        else:
+            pi = torch.exp(new.detach().to(dtype))
+            outside = (1.0 - torch.where(stored, pi, 0.0).sum(-1)).clamp_min(torch.finfo(dtype).tiny)
+            q = torch.minimum(cap, tail_mass[:, None] * pi / outside[:, None])
+        q = torch.where(unknown, q.clamp_min(floor), 0.0)
+        room = (tail_mass - sampled_extra - floor).clamp_min(0.0)
+        total = q.sum(-1)
+        scale = torch.where(total > room, room / total.clamp_min(torch.finfo(dtype).tiny), 1.0)
+        q = torch.where(unknown, (q * scale[:, None]).clamp_min(floor), 0.0)
+        old_u = torch.where(unknown, torch.log(q).to(old_u.dtype), old_u)
+    old_tail = torch.log((tail_mass - sampled_extra - q.sum(-1)).clamp_min(floor)).to(cdt)
+    return old_u, old_tail
+
+
+def _assemble(
+    new, tail, ids, old_u, valid, old: OldTopK, sampled, sampled_old_lp, floor, old_estimate: str = "floor"
+) -> SparseSupport:
+    """Append the tail bucket as the last column, fill in the old side (:func:`_old_side_estimate`) and locate the
+    sampled token."""
+    old_u, old_tail = _old_side_estimate(new, ids, old_u, valid, old, sampled, sampled_old_lp, floor, old_estimate)
     ones = torch.ones((new.shape[0], 1), dtype=torch.bool, device=new.device)
     return SparseSupport(
         new_logprobs=torch.cat([new, tail[:, None]], dim=1),
@@ -584,6 +648,7 @@ def troll_sparse_from_logits(
     floor: float = 1e-12,
     chunk_size: int | None = None,
     rows: torch.Tensor | None = None,
+    old_estimate: str = "floor",
 ) -> SparseSupport:
     """Both policies on ``supp(π_old) ∪ supp(π̃) ∪ {o_t}`` plus the tail bucket, from the current logits.
 
@@ -596,6 +661,8 @@ def troll_sparse_from_logits(
         chunk_size: tokens per chunk; None picks ~128 MiB fp32 chunks. Only affects memory, not results.
         rows: optional ``(N,)`` int64 indices of the rows of ``logits`` these N tokens are (e.g. the response
             positions of a packed sequence); the other rows get zero gradient. Default: all rows.
+        old_estimate: old-side value of union tokens the old pass did not store: ``floor`` (the paper),
+            ``upper`` or ``proportional`` (see :func:`_old_side_estimate`).
 
     Returns:
         :class:`SparseSupport` with ``(N, S + 1)`` fields (fp32, fp64 for fp64 logits), S the largest union
@@ -603,6 +670,7 @@ def troll_sparse_from_logits(
     """
     _check_logits("logits", logits)
     _check_support_args(topk, mass_delta, floor)
+    _check_old_estimate(old_estimate)
     V = logits.shape[1]
     N = logits.shape[0] if rows is None else _check_rows(rows, logits.shape[0])
     sampled = sampled_ids.long()
@@ -613,7 +681,7 @@ def troll_sparse_from_logits(
         logits, rows, old.ids, old.logprobs, sampled, old_sampled_logprob.detach(), min(topk, V), mass_delta,
         log_floor, step,
     )  # fmt: skip
-    return _assemble(new, tail, ids, old_u, valid, old, sampled, old_sampled_logprob.detach(), floor)
+    return _assemble(new, tail, ids, old_u, valid, old, sampled, old_sampled_logprob.detach(), floor, old_estimate)
 
 
 def troll_sparse_from_hidden(
@@ -628,6 +696,7 @@ def troll_sparse_from_hidden(
     mass_delta: float = 1e-5,
     floor: float = 1e-12,
     chunk_size: int | None = None,
+    old_estimate: str = "floor",
 ) -> SparseSupport:
     """Like :func:`troll_sparse_from_logits`, but from hidden states and the LM-head weight (fused head).
 
@@ -649,6 +718,7 @@ def troll_sparse_from_hidden(
     if not (isinstance(temperature, (int, float)) and temperature > 0):
         raise ValueError(f"temperature must be > 0, got {temperature!r}.")
     _check_support_args(topk, mass_delta, floor)
+    _check_old_estimate(old_estimate)
     N, V = hidden.shape[0], weight.shape[0]
     sampled = sampled_ids.long()
     _check_sparse_inputs(N, sampled, old, old_sampled_logprob)
@@ -658,4 +728,4 @@ def troll_sparse_from_hidden(
         hidden, weight, old.ids, old.logprobs, sampled, old_sampled_logprob.detach(), min(topk, V), mass_delta,
         log_floor, step, 1.0 / float(temperature),
     )  # fmt: skip
-    return _assemble(new, tail, ids, old_u, valid, old, sampled, old_sampled_logprob.detach(), floor)
+    return _assemble(new, tail, ids, old_u, valid, old, sampled, old_sampled_logprob.detach(), floor, old_estimate)

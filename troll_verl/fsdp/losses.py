@@ -180,7 +180,7 @@ def compute_troll_token_terms(
     old_sampled = response_values(data["old_log_probs"], lengths)[sel].to(torch.float32)
     support = troll_sparse_from_logits(
         logits, sampled, old, old_sampled, topk=cfg.topk, mass_delta=cfg.mass_delta, floor=cfg.floor,
-        chunk_size=cfg.chunk_size, rows=local_rows,
+        chunk_size=cfg.chunk_size, rows=local_rows, old_estimate=cfg.old_estimate,
     )  # fmt: skip
     terms, iters = troll_token_terms(support, cfg)
     out = {}

@@ -219,6 +219,7 @@ def vocab_parallel_sparse_from_logits(
     floor: float = 1e-12,
     chunk_size: int | None = None,
     rows: torch.Tensor | None = None,
+    old_estimate: str = "floor",
 ) -> SparseSupport:
     """:func:`troll_verl.sparse.troll_sparse_from_logits` for vocab-parallel logits.
 
@@ -226,7 +227,8 @@ def vocab_parallel_sparse_from_logits(
         logits: ``(N, V/tp)`` this rank's vocabulary shard (Megatron's equal partition, rank-major).
         sampled_ids, old, old_sampled_logprob: global-id inputs, identical on every TP rank.
         group: the tensor-parallel process group (None: a single shard, i.e. the full vocabulary).
-        topk, mass_delta, floor, chunk_size, rows: as in :func:`troll_verl.sparse.troll_sparse_from_logits`.
+        topk, mass_delta, floor, chunk_size, rows, old_estimate: as in
+            :func:`troll_verl.sparse.troll_sparse_from_logits`.
 
     Returns:
         :class:`~troll_verl.sparse.SparseSupport`, identical on every TP rank; gradients flow to this rank's shard.
@@ -243,7 +245,7 @@ def vocab_parallel_sparse_from_logits(
         logits, rows, old.ids, old.logprobs, sampled, old_sampled_logprob.detach(), min(topk, vp * world),
         mass_delta, log_floor, step, group,
     )  # fmt: skip
-    return _assemble(new, tail, ids, old_u, valid, old, sampled, old_sampled_logprob.detach(), floor)
+    return _assemble(new, tail, ids, old_u, valid, old, sampled, old_sampled_logprob.detach(), floor, old_estimate)
 
 
 @torch.no_grad()
@@ -380,7 +382,7 @@ def compute_troll_token_terms(
     old_sampled = response_values(data["old_log_probs"], lengths)[order].to(torch.float32)
     support = vocab_parallel_sparse_from_logits(
         logits, sampled, old, old_sampled, group=_tp_group(), topk=cfg.topk, mass_delta=cfg.mass_delta,
-        floor=cfg.floor, chunk_size=cfg.chunk_size, rows=local_rows,
+        floor=cfg.floor, chunk_size=cfg.chunk_size, rows=local_rows, old_estimate=cfg.old_estimate,
     )  # fmt: skip
     terms, iters = troll_token_terms(support, cfg)
     out = {}
