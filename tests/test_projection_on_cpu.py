@@ -279,3 +279,29 @@ def test_invalid_tensors():
         project(new, old, EPS, mask=torch.ones(2, 3))
     with pytest.raises(ValueError, match="detach"):
         project(new, old.clone().requires_grad_(True), EPS)
+
+
+def test_rows_just_inside_the_ball_in_fp32_still_hold_the_bound_exactly():
+    """Review finding 3: rows whose exact KL exceeds ε by ~1e-7 can read just under ε in fp32. They are projected
+    (against the solver's margin, not ε itself), so the KL of every returned row, evaluated in float64, is ≤ ε."""
+    eps = 0.05
+    g = torch.Generator().manual_seed(11)
+    rows, S = 400, 48
+    old = torch.log_softmax(torch.randn(rows, S, generator=g, dtype=torch.float64) * 2, -1)
+    d = torch.randn(rows, S, generator=g, dtype=torch.float64)
+
+    def kl(new_lp, old_lp):
+        new_lp = new_lp - torch.logsumexp(new_lp, -1, keepdim=True)
+        return (new_lp.exp() * (new_lp - old_lp)).sum(-1)
+
+    lo, hi = torch.zeros(rows, dtype=torch.float64), torch.full((rows,), 5.0, dtype=torch.float64)
+    for _ in range(80):  # per row, the step t along d with exact KL = ε (1 + 1e-6)
+        mid = (lo + hi) / 2
+        over = kl(old + mid[:, None] * d, old) > eps * (1 + 1e-6)
+        hi, lo = torch.where(over, mid, hi), torch.where(over, lo, mid)
+    new32 = (old + hi[:, None] * d).float()
+    old32 = old.float()
+    assert bool((kl(new32.double(), old32.double()) > eps).all())  # all outside, evaluated exactly
+    res = project(new32, old32, eps)
+    assert bool(res.projected.all())
+    assert float(kl(res.logprobs.double(), old32.double()).max()) <= eps

@@ -23,8 +23,10 @@ whose solution is the geometric interpolation
     log π_η(a) = (log π̃(a) + η · log π_old(a)) / (1 + η) − log Z(η).
 
 With ``w = 1 / (1 + η)`` and ``s = log π̃ − log π_old`` this is ``π_w ∝ π_old · exp(w · s)``; ``w = 1`` is the
-unprojected distribution and ``w → 0`` the old one. Rows with ``KL(π̃ ‖ π_old) ≤ ε`` are returned unchanged
-(η = 0, identity Jacobian); every other row is made tight, ``KL(π_η* ‖ π_old) = ε``.
+unprojected distribution and ``w → 0`` the old one. Rows inside the ball are returned unchanged
+(η = 0, identity Jacobian); every other row is made tight, ``KL(π_η* ‖ π_old) = ε`` up to a safety margin of a
+few units of rounding (``_row_target``), which also decides inside from outside: the KL of the *returned*
+log-probs, evaluated exactly, stays ≤ ε.
 
 The module is pure torch (no verl import) so that it can move upstream unchanged. Public API:
 :func:`project` and :class:`ProjectionResult`.
@@ -237,12 +239,14 @@ class _Moments:
         return x.sub_(log_z[:, None]), w * es - log_z
 
 
-def _row_target(kl_bound: float, moments: _Moments, s: torch.Tensor) -> torch.Tensor:
-    """Per-row solver target ``(P,)``: ε minus a relative margin and a rounding margin (see _MARGIN_ULPS).
+def _row_target(kl_bound: float, lo: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+    """Per-row target ``(R,)``: ε minus a relative margin and a rounding margin (see _MARGIN_ULPS).
 
+    It is both the solver's aim and the inside/outside test: a row whose KL(π̃ ‖ π_old) reads just under ε in
+    the compute dtype can exceed ε when evaluated exactly, so rows above the target (not above ε) are projected.
     The magnitude bound M ≥ max |log p| over both policies uses log π̃ = log π_old + s (log-probs are ≤ 0).
     """
-    min_lo = torch.nan_to_num(moments.lo, neginf=0.0, out=moments.x).amin(-1)  # x is scratch here
+    min_lo = torch.where(torch.isfinite(lo), lo, 0.0).amin(-1)
     mag = -(min_lo + s.amin(-1).clamp_max(0.0))
     rounding = _MARGIN_ULPS * torch.finfo(s.dtype).eps * mag
     # NOTE: beyond |log p| ~ 1e4 in fp32 the rounding margin would eat half the ball; we stop there and the
@@ -331,7 +335,10 @@ class _KLProjection(torch.autograd.Function):
     def forward(ctx, new, old, mask, kl_bound, solver, max_iter, tol, eta_max):
         lo, s, kl_before, valid, row_ok = _prepare(new, old, mask)
         cdt = lo.dtype
-        projected = row_ok & (kl_before > kl_bound)
+        # NOTE: inside/outside is decided against the solver's own target (ε less its margins), so that "the bound
+        # holds on every token" is true of the returned values, not only of their rounded KL (review finding 3).
+        target_all = _row_target(kl_bound, lo, s)
+        projected = row_ok & (kl_before > target_all)
         idx = projected.nonzero().squeeze(1)
 
         out = new.detach().reshape(lo.shape).clone()
@@ -342,7 +349,7 @@ class _KLProjection(torch.autograd.Function):
         if idx.numel() > 0:
             s_p, kl0 = s.index_select(0, idx), kl_before.index_select(0, idx)
             moments = _Moments(s_p, lo.index_select(0, idx), center=kl0)
-            target = _row_target(kl_bound, moments, s_p)
+            target = target_all.index_select(0, idx)
             w_min = 1.0 / (1.0 + eta_max)
             if solver == "newton":
                 u, iters = _solve_newton(moments, kl0, target, w_min, max_iter, tol or _DEFAULT_TOL[cdt])
