@@ -11,17 +11,21 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Learning benchmark on the built-in task: TROLL vs clip (GRPO and GSPO), several seeds, verl's real trainer on CPU.
+"""Learning benchmark: TROLL vs clip (GRPO, GSPO), several seeds, verl's real trainer and vLLM rollout on CPU.
 
-For every (variant, loss, seed) it runs the quickstart's configuration (:func:`troll_verl.quickstart.
-tiny_cpu_overrides`) and reports, per variant, TROLL against its clip baseline measured in the same invocation:
+``--model tiny`` (default) is the built-in task; ``--model smollm2`` the real pretrained LLM (SmolLM2-135M-Instruct,
+:mod:`troll_verl.smollm2`). For every (variant, loss, seed) it runs the quickstart's configuration for that model
+(:func:`troll_verl.quickstart.cpu_run_overrides`) and reports, per variant, TROLL against its clip baseline measured
+in the same invocation:
 
 - steps to target: the first step whose trailing 5-step mean train reward reaches ``--target`` (a run that never
   gets there counts as ``steps + 1`` and is marked ``>``);
 - final reward: mean train reward over the last 10 steps; gain: that minus the mean of the first 5 steps; the
   step-1 reward (sampled from the same initial model by both losses: the paired sampling noise); final greedy
   validation accuracy;
-- entropy over the last 10 steps.
+- entropy over the last 10 steps; the share of tokens projected (TROLL) or clipped (clip), mean over steps;
+- per phase (generation, old-log-prob pass, update) and per step the median seconds, and the trainer worker's peak
+  resident memory, as TROLL / clip ratios per seed.
 
 Variants: ``grpo`` (token ratio; clip = verl's ``vanilla`` with clip 0.2 and dual-clip 3; 2 optimizer steps per
 batch, the quickstart's), ``grpo8`` (the same with 8 optimizer steps per batch, the paper's schedule) and ``gspo``
@@ -31,6 +35,9 @@ Runs are interleaved seed by seed so machine noise spreads over all configuratio
 an interrupted benchmark continues where it stopped.
 
     .venv/bin/python scripts/bench_learning.py --seeds 0 1 2 --steps 60
+    .venv/bin/python scripts/bench_learning.py --model smollm2 --variants grpo grpo_upper --seeds 0 1 2 --steps 10
+
+``grpo_upper`` is TROLL with ``old_estimate=upper`` (no clip arm of its own: compare it with ``grpo``'s).
 """
 
 from __future__ import annotations
@@ -43,8 +50,15 @@ import sys
 import time
 
 from troll_verl.plotting import smooth
-from troll_verl.quickstart import REWARD_KEY, VAL_KEY, read_metrics, run_trainer, tiny_cpu_overrides
-from troll_verl.tiny import build_assets
+from troll_verl.quickstart import (
+    MODELS,
+    REWARD_KEY,
+    VAL_KEY,
+    cpu_run_overrides,
+    read_metrics,
+    reward_window,
+    run_trainer,
+)
 
 # 16 prompts per batch (tiny_cpu_overrides' default) in mini-batches of 2 prompts (16 sequences)
 _EIGHT_UPDATES = [
@@ -63,6 +77,11 @@ VARIANTS = {
         "troll": ["actor_rollout_ref.actor.policy_loss.loss_mode=troll", *_EIGHT_UPDATES],
         "clip": ["actor_rollout_ref.actor.policy_loss.loss_mode=vanilla", "actor_rollout_ref.actor.clip_ratio=0.2",
                  *_EIGHT_UPDATES],  # fmt: skip
+    },
+    # TROLL with the upper old-side estimate (troll_verl.sparse._old_side_estimate); its baseline is grpo's clip
+    "grpo_upper": {
+        "troll": ["actor_rollout_ref.actor.policy_loss.loss_mode=troll",
+                  "actor_rollout_ref.actor.policy_loss.old_estimate=upper"],  # fmt: skip
     },
     "gspo": {
         "troll": [
@@ -86,21 +105,34 @@ def steps_to_target(rewards: list[float], target: float, window: int = 5) -> int
     return next((i + 1 for i in range(window - 1, len(means)) if means[i] >= target), None)
 
 
-def run_stats(rows: list[dict], target: float) -> dict:
+def _median_after_first(train: list[dict], key: str) -> float | None:
+    values = [r[key] for r in train[1:] if key in r]  # step 1 carries one-off warm-up costs
+    return statistics.median(values) if values else None
+
+
+def run_stats(rows: list[dict], target: float, val_key: str = VAL_KEY, peak_rss: int | None = None) -> dict:
     train = [r for r in rows if REWARD_KEY in r]
     rewards = [r[REWARD_KEY] for r in train]
-    val = [r[VAL_KEY] for r in rows if VAL_KEY in r]
+    val = [r[val_key] for r in rows if val_key in r]
     entropy = [r["actor/entropy"] for r in train if "actor/entropy" in r]
+    constrained = [r.get("actor/troll/projected_frac", r.get("actor/pg_clipfrac")) for r in train]
+    constrained = [v for v in constrained if v is not None]
+    w_start, w_final = reward_window(len(train)), min(10, max(1, len(train) // 3))
     return {
+        "constrained_frac": statistics.mean(constrained) if constrained else None,
+        "gen_s": _median_after_first(train, "timing_s/gen"),
+        "old_log_prob_s": _median_after_first(train, "timing_s/old_log_prob"),
+        "update_s": _median_after_first(train, "timing_s/update_actor"),
+        "worker_peak_rss_gb": peak_rss / 2**30 if peak_rss else None,
         "steps": len(train),
         "steps_to_target": steps_to_target(rewards, target),
         "reward_step1": rewards[0],  # both losses sample step 1 from the same model: the paired sampling noise
-        "reward_start": statistics.mean(rewards[:5]),
-        "reward_final": statistics.mean(rewards[-10:]),
-        "gain": statistics.mean(rewards[-10:]) - statistics.mean(rewards[:5]),
+        "reward_start": statistics.mean(rewards[:w_start]),
+        "reward_final": statistics.mean(rewards[-w_final:]),
+        "gain": statistics.mean(rewards[-w_final:]) - statistics.mean(rewards[:w_start]),
         "val_final": val[-1] if val else None,
-        "entropy_final": statistics.mean(entropy[-10:]) if entropy else None,
-        "seconds_per_step": statistics.median(r["timing_s/step"] for r in train[1:]) if len(train) > 1 else None,
+        "entropy_final": statistics.mean(entropy[-w_final:]) if entropy else None,
+        "seconds_per_step": _median_after_first(train, "timing_s/step"),
     }
 
 
@@ -114,17 +146,24 @@ def _mean_sd(values: list[float]) -> str:
     return f"{statistics.mean(values):.3f} ± {statistics.stdev(values):.3f}"
 
 
-def report(results: dict, seeds: list[int], steps: int, target: float) -> str:
+def _ratio_cell(pairs, key) -> str:
+    ratios = [t[key] / c[key] for t, c in pairs if t and c and t.get(key) and c.get(key)]
+    return ", ".join(f"{r:.2f}" for r in ratios) if ratios else "n/a"
+
+
+def report(results: dict, seeds: list[int], steps: int, target: float, variants=None) -> str:
+    variants = variants or list(VARIANTS)
+    w_start, w_final = reward_window(steps), min(10, max(1, steps // 3))
     lines = [
         f"target: trailing 5-step mean train reward >= {target}; seeds {seeds}; {steps} steps; "
-        "unreached counts as steps+1",
+        f"unreached counts as steps+1; gain: mean of the last {w_final} steps minus the first {w_start}",
         "",
         "| variant | loss | steps to target (per seed) | mean steps | step-1 reward (per seed) | gain | final reward "
         "| final val acc | final entropy |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     ratios = {}
-    for variant in VARIANTS:
+    for variant in variants:
         means = {}
         for loss in ("troll", "clip"):
             runs = [results.get(f"{variant}/{loss}/seed{s}") for s in seeds]
@@ -142,14 +181,71 @@ def report(results: dict, seeds: list[int], steps: int, target: float) -> str:
             )
         if len(means) == 2:
             ratios[variant] = means["troll"] / means["clip"]
+    lines += ["", "Cost, TROLL / clip per seed (median seconds over steps 2+; the trainer worker's peak resident memory); "
+              "share of tokens projected (TROLL) or clipped (clip), mean over steps:", "",
+              "| variant | generation | old-log-prob pass | update | step | worker peak memory | projected (TROLL) "
+              "| clipped (clip) |", "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for variant in variants:
+        pairs = [(results.get(f"{variant}/troll/seed{s}"), results.get(f"{_clip_variant(variant)}/clip/seed{s}"))
+                 for s in seeds]  # fmt: skip
+        if not any(t and c for t, c in pairs):
+            continue
+        troll_c = [t["constrained_frac"] for t, _ in pairs if t and t.get("constrained_frac") is not None]
+        clip_c = [c["constrained_frac"] for _, c in pairs if c and c.get("constrained_frac") is not None]
+        lines.append(
+            f"| {variant} | {_ratio_cell(pairs, 'gen_s')} | {_ratio_cell(pairs, 'old_log_prob_s')} | "
+            f"{_ratio_cell(pairs, 'update_s')} | {_ratio_cell(pairs, 'seconds_per_step')} | "
+            f"{_ratio_cell(pairs, 'worker_peak_rss_gb')} | {_mean_sd(troll_c) if troll_c else 'n/a'} | "
+            f"{_mean_sd(clip_c) if clip_c else 'n/a'} |"
+        )
     lines.append("")
     for variant, ratio in ratios.items():
-        pairs = [(results.get(f"{variant}/troll/seed{s}"), results.get(f"{variant}/clip/seed{s}")) for s in seeds]
-        time_ratios = [t["seconds_per_step"] / c["seconds_per_step"] for t, c in pairs
-                       if t and c and t["seconds_per_step"] and c["seconds_per_step"]]  # fmt: skip
-        lines.append(f"{variant}: TROLL / clip mean steps to target = {ratio:.2f}; median seconds per step, TROLL / "
-                     f"clip per seed: {', '.join(f'{r:.2f}' for r in time_ratios)}")  # fmt: skip
+        lines.append(f"{variant}: TROLL / clip mean steps to target = {ratio:.2f}")
     return "\n".join(lines)
+
+
+def _clip_variant(variant: str) -> str:
+    """The variant whose clip arm is ``variant``'s baseline (a TROLL-only variant borrows grpo's)."""
+    return variant if "clip" in VARIANTS[variant] else "grpo"
+
+
+def plot_curves(out_dir: str, variants: list[str], seeds: list[int], path: str, title: str) -> str:
+    """Train reward (trailing 3-step mean) against step: per variant one panel, a thin line per seed and the mean
+    over seeds thick, TROLL and clip."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(variants), figsize=(5 * len(variants), 3.6), squeeze=False)
+    colors = {"troll": "tab:blue", "clip": "tab:orange"}
+    for ax, variant in zip(axes[0], variants, strict=True):
+        arms = [(variant, loss) for loss in VARIANTS[variant]]
+        if "clip" not in VARIANTS[variant]:
+            arms.append((_clip_variant(variant), "clip"))
+        for arm_variant, loss in arms:
+            curves = []
+            for seed in seeds:
+                rows = read_metrics(os.path.join(out_dir, arm_variant, loss, f"seed{seed}", "metrics.jsonl"))
+                rewards = [r[REWARD_KEY] for r in rows if REWARD_KEY in r]
+                if rewards:
+                    curves.append(smooth(rewards, 3))
+                    ax.plot(range(1, len(rewards) + 1), curves[-1], color=colors[loss], alpha=0.25, lw=1)
+            if curves:
+                n = min(len(c) for c in curves)
+                mean = [statistics.mean(c[i] for c in curves) for i in range(n)]
+                label = ("TROLL" if loss == "troll" else "clip") + ("" if arm_variant == variant else f" ({arm_variant})")
+                ax.plot(range(1, n + 1), mean, color=colors[loss], lw=2.2, label=label)
+        ax.set_title(variant)
+        ax.set_xlabel("step")
+        ax.set_ylabel("train reward (3-step mean)")
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
 
 
 def main(argv=None) -> int:
@@ -160,29 +256,34 @@ def main(argv=None) -> int:
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
     parser.add_argument("--out-dir", default="outputs/bench_learning")
     parser.add_argument("--cache-dir", default=None)
+    parser.add_argument("--model", default="tiny", choices=list(MODELS))
+    parser.add_argument("--plot", default=None, help="write the reward curves here (PNG)")
     args = parser.parse_args(argv)
 
-    assets = build_assets(args.cache_dir)
+    model = MODELS[args.model]
+    assets = model.build(args.cache_dir)
     results_path = os.path.join(args.out_dir, "results.json")
     results = json.load(open(results_path)) if os.path.exists(results_path) else {}
-    plan = [(v, loss, s) for s in args.seeds for v in args.variants for loss in ("troll", "clip")]
+    plan = [(v, loss, s) for s in args.seeds for v in args.variants for loss in VARIANTS[v]]
     for index, (variant, loss, seed) in enumerate(plan, 1):
         key = f"{variant}/{loss}/seed{seed}"
         run_dir = os.path.join(args.out_dir, variant, loss, f"seed{seed}")
         rows = read_metrics(os.path.join(run_dir, "metrics.jsonl"))
         if sum(1 for r in rows if REWARD_KEY in r) >= args.steps and key in results:
             print(f"[{index}/{len(plan)}] {key}: reusing finished run", flush=True)
-            results[key] = run_stats(rows, args.target)  # from its log, so new statistics apply to old runs
+            peak = results[key].get("worker_peak_rss_gb")
+            # from its log, so new statistics apply to old runs
+            results[key] = run_stats(rows, args.target, model.val_key, int(peak * 2**30) if peak else None)
             continue
         print(f"[{index}/{len(plan)}] {key}: running {args.steps} steps ...", flush=True)
         start = time.perf_counter()
-        overrides = tiny_cpu_overrides(assets, steps=args.steps, seed=seed, run_dir=run_dir,
-                                       experiment=key.replace("/", "_")) + VARIANTS[variant][loss]  # fmt: skip
-        result = run_trainer(overrides, run_dir)
+        overrides = cpu_run_overrides(model, assets, steps=args.steps, seed=seed, run_dir=run_dir,
+                                      experiment=key.replace("/", "_")) + VARIANTS[variant][loss]  # fmt: skip
+        result = run_trainer(overrides, run_dir, track_memory=True)
         if result.returncode != 0:
             print(f"  failed (exit {result.returncode}); see {result.log_path}", file=sys.stderr)
             return 1
-        results[key] = run_stats(result.rows(), args.target)
+        results[key] = run_stats(result.rows(), args.target, model.val_key, result.worker_peak_rss_bytes)
         os.makedirs(args.out_dir, exist_ok=True)
         with open(results_path, "w") as f:
             json.dump(results, f, indent=2)
@@ -193,7 +294,10 @@ def main(argv=None) -> int:
     with open(results_path, "w") as f:  # reused runs' statistics were recomputed from their logs
         json.dump(results, f, indent=2)
     print()
-    print(report(results, args.seeds, args.steps, args.target))
+    print(report(results, args.seeds, args.steps, args.target, args.variants))
+    if args.plot:
+        print("\nplot: " + plot_curves(args.out_dir, args.variants, args.seeds, args.plot,
+                                       f"GRPO on the {model.name} model's task, seeds {args.seeds}"))  # fmt: skip
     return 0
 
 

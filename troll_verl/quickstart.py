@@ -41,7 +41,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .lifetime import Watchdog, new_run_tag, run_env, stop_tagged
+from .lifetime import Watchdog, new_run_tag, run_env, stop_tagged, tagged_processes
 from .platform.cpu import CPU_ENGINE_OVERRIDES, CPU_VLLM_OVERRIDES
 from .plotting import REWARD_KEY, plot_runs, read_metrics
 
@@ -199,9 +199,26 @@ class RunResult:
     log_path: str
     returncode: int
     wall_seconds: float
+    # largest resident memory seen of verl's trainer worker (``ray::WorkerDict``: actor, old-log-prob pass, update),
+    # sampled every 0.5 s; None when not tracked
+    worker_peak_rss_bytes: int | None = None
 
     def rows(self) -> list[dict]:
         return read_metrics(self.metrics_path)
+
+
+def _worker_rss(tag: str) -> int:
+    """Resident memory of the run's trainer worker process(es) (``ray::WorkerDict``), summed; 0 if none yet."""
+    import psutil
+
+    total = 0
+    for proc in tagged_processes(tag):
+        try:
+            if proc.name().startswith("ray::WorkerDict") or "ray::WorkerDict" in " ".join(proc.cmdline()[:1]):
+                total += proc.memory_info().rss
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return total
 
 
 def cleanup_run(proc: subprocess.Popen | None, tag: str, grace_s: float = 10.0) -> list[str]:
@@ -231,11 +248,13 @@ def run_trainer(
     timeout_s: float | None = None,
     on_step: Callable[[dict], None] | None = None,
     env: dict | None = None,
+    track_memory: bool = False,
 ) -> RunResult:
     """Run ``python -m <module> <overrides>`` on the CPU platform with a private Ray instance; always clean up.
 
     The child's output goes to ``run_dir/trainer.log`` and its metrics to ``run_dir/metrics.jsonl``; ``on_step``
-    is called with each new metrics row while it runs.
+    is called with each new metrics row while it runs. ``track_memory`` samples the trainer worker's resident
+    memory every 0.5 s into :attr:`RunResult.worker_peak_rss_bytes`.
 
     Raises:
         KeyboardInterrupt: re-raised after cleanup.
@@ -263,6 +282,7 @@ def run_trainer(
     proc = None
     seen = 0
     tag = new_run_tag()
+    peak = None
     child_env.update(run_env(tag))
     watchdog = Watchdog(tag).start()  # stops the run's processes even if this process is killed
     try:
@@ -272,6 +292,8 @@ def run_trainer(
             proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=child_env, start_new_session=True)
             while proc.poll() is None:
                 time.sleep(0.5)
+                if track_memory:
+                    peak = max(peak or 0, _worker_rss(tag))
                 rows = read_metrics(metrics_path)
                 for row in rows[seen:]:
                     if on_step is not None:
@@ -286,7 +308,7 @@ def run_trainer(
         cleanup_run(proc, tag)
         watchdog.close()
         shutil.rmtree(ray_temp_dir, ignore_errors=True)
-    return RunResult(run_dir, metrics_path, log_path, proc.returncode, time.perf_counter() - start)
+    return RunResult(run_dir, metrics_path, log_path, proc.returncode, time.perf_counter() - start, peak)
 
 
 def rollout_info(overrides: list[str]) -> dict:
