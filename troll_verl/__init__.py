@@ -11,7 +11,8 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""troll-verl: TROLL (Trust Region Optimization for Large Language models, arXiv:2510.03817) for verl.
+"""troll-verl: TROLL for verl, from "Trust Regions improve Reinforcement Learning for Large Language Models"
+(Becker et al., arXiv:2510.03817, ICLR 2026); TROLL stands for Trust Region Optimization for Large Language Models.
 
 The numerical core is verl-free and cheap to import: :mod:`troll_verl.projection` (the exact per-token KL
 projection) and :mod:`troll_verl.sparse` (sparse top-K supports computed lean from logits).
