@@ -78,7 +78,7 @@ VARIANTS = {
         "clip": ["actor_rollout_ref.actor.policy_loss.loss_mode=vanilla", "actor_rollout_ref.actor.clip_ratio=0.2",
                  *_EIGHT_UPDATES],  # fmt: skip
     },
-    # TROLL with the upper old-side estimate (troll_verl.sparse._old_side_estimate); its baseline is grpo's clip
+    # TROLL with the upper old-side estimate (troll_verl.sparse.old_side_estimate); its baseline is grpo's clip
     "grpo_upper": {
         "troll": ["actor_rollout_ref.actor.policy_loss.loss_mode=troll",
                   "actor_rollout_ref.actor.policy_loss.old_estimate=upper"],  # fmt: skip

@@ -22,7 +22,7 @@ import torch
 import torch.multiprocessing as mp
 from _verl_engine import free_port, make_batch, tiny_model_dir
 
-from troll_verl.fsdp.losses import response_lengths, response_rows, response_values
+from troll_verl.layout import response_lengths, response_rows, response_values
 
 
 def test_response_rows_nested_and_padded_layouts():

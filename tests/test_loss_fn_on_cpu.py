@@ -66,3 +66,26 @@ def test_metric_aggregation():
     assert _aggregation("troll/kl_after_max", AggregationType.SUM) == AggregationType.MAX
     assert _aggregation("troll/pg_loss", AggregationType.SUM) == AggregationType.SUM
     assert _aggregation("troll/kl_before", AggregationType.SUM) == AggregationType.MEAN
+
+
+def test_hook_and_final_call_must_alternate_per_micro_batch():
+    """The old pass's top-K travels from the logits hook to the final call of the *same* micro-batch: a second hook
+    before the final call, or a final call for another micro-batch, is refused instead of mixing micro-batches."""
+    logits = torch.randn(1, 10, 50)
+    fn = _loss_fn()
+    first, second = _batch("old"), _batch("old")
+    assert fn(student_logits=logits, data=first) == {}
+    with pytest.raises(RuntimeError, match="before the final loss call"):
+        fn(student_logits=logits, data=second)
+    fn = _loss_fn()
+    fn(student_logits=logits, data=first)
+    with pytest.raises(RuntimeError, match="different micro-batch"):
+        fn(model_output={}, data=second, dp_group=None)
+    fn = _loss_fn()  # in order: the final call attaches the old top-K, and the next micro-batch may start
+    fn(student_logits=logits, data=first)
+    output = {}
+    loss, metrics = fn(model_output=output, data=first, dp_group=None)
+    assert float(loss) == 0.0 and metrics == {}
+    assert {"troll_old_ids", "troll_old_logprobs", "troll_old_tail"} <= set(output)
+    assert output["troll_old_ids"].values().shape[0] == 5  # 3 + 2 response tokens
+    assert fn(student_logits=logits, data=second) == {}

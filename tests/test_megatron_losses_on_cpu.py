@@ -93,7 +93,7 @@ def _batch_and_logits():
     from _verl_engine import make_batch
     from verl.utils import tensordict_utils as tu
 
-    from troll_verl.fsdp.losses import response_rows
+    from troll_verl.layout import response_rows
 
     batch = make_batch(V, PROMPTS, RESPONSES, seed=3)
     nnz = int(batch["input_ids"].offsets()[-1])
@@ -130,7 +130,7 @@ def _fsdp_reference():
 def _megatron_rank(rank, world, tp, cp):
     from megatron.core import parallel_state as mpu
 
-    from troll_verl.fsdp.losses import response_rows
+    from troll_verl.layout import response_rows
     from troll_verl.megatron import losses as mega
 
     mpu.initialize_model_parallel(tensor_model_parallel_size=tp, context_parallel_size=cp)

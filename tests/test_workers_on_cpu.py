@@ -27,7 +27,7 @@ from _verl_engine import compose_config, make_actor_worker, make_batch, old_pass
 from verl.utils import tensordict_utils as tu
 
 from troll_verl.config import TrollPolicyLossConfig
-from troll_verl.fsdp.losses import response_rows
+from troll_verl.layout import response_rows
 from troll_verl.losses import troll_policy_objective, troll_token_terms
 from troll_verl.sparse import OldTopK, troll_sparse_from_logits
 
@@ -139,6 +139,8 @@ def test_update_loss_and_gradients_match_core_loss_from_full_logits(model_dir, r
     engine_loss = sum(metrics["loss"])
     assert grads
     assert metrics["troll/projected_frac"][0] > 0
+    # measured on what reached the update: K=64 int32 ids + fp32 log-probs, and the fp32 tail, per response token
+    assert metrics["troll/old_topk_bytes_per_token"][0] == 64 * (4 + 4) + 4
 
     model, logits = _hf_logits(model_dir, batch, TEMPERATURE)
     rows = response_rows(batch)

@@ -49,7 +49,7 @@ class TrollPolicyLossConfig(PolicyLossConfig):
         old_estimate (str): old-side value of a union token the old pass did not store: ``"floor"`` (the paper's
             ``floor``), ``"upper"`` (the smallest stored old probability, the largest the token can have) or
             ``"proportional"`` (the old tail mass shared out like the current policy's, capped likewise); see
-            :func:`troll_verl.sparse._old_side_estimate` and ``docs/benchmarks.md`` for the measurement.
+            :func:`troll_verl.sparse.old_side_estimate` and ``docs/benchmarks.md`` for the measurement.
         tail (str): ``"bucket"`` (default) keeps the mass outside the support as one differentiable category;
             ``"renormalize"`` drops it and renormalises on the support (the paper's treatment; ablation only).
         ratio_level (str): ``"token"`` (GRPO, Dr.GRPO, PPO) or ``"sequence"`` (GSPO: the ratio is built from the

@@ -46,6 +46,7 @@ from verl.utils.metric import AggregationType, Metric
 from verl.workers.utils.padding import no_padding_2_padding
 
 from .config import troll_settings
+from .layout import OLD_FIELDS, response_lengths, response_rows
 from .losses import MAX_METRICS, TrollTokenTerms, troll_policy_objective
 
 __all__ = ["TrollLossFn", "TROLL_MODE_KEY"]
@@ -88,8 +89,8 @@ class TrollLossFn:
     def __init__(self, config: Any):
         self.config = config
         self.settings = troll_settings(config)
-        self._pending: dict[str, torch.Tensor] | None = None
-        self._solver_iters = 0
+        # what the logits hook (a) leaves for the final call (b) of the same micro-batch; see _handoff/_take
+        self._handoff: tuple[int, str, Any] | None = None
 
     def __call__(
         self,
@@ -113,6 +114,30 @@ class TrollLossFn:
         return self._update_loss(model_output, data)
 
     # ---------------------------------------------------------------------------------------------------------
+    # hook → final-call handoff. verl's engines call (a) then (b) for one micro-batch, with the same TensorDict
+    # object, before the next micro-batch; anything else would silently mix micro-batches, so it is refused.
+    # ---------------------------------------------------------------------------------------------------------
+    def _give(self, data: TensorDict, mode: str, value: Any) -> None:
+        if self._handoff is not None:
+            raise RuntimeError(
+                f"TROLL's logits hook ran for a new micro-batch ({mode} pass) before the final loss call of the "
+                "previous one; the engine's call order changed (TROLL expects hook, then final call, per micro-batch)."
+            )
+        self._handoff = (id(data), mode, value)
+
+    def _take(self, data: TensorDict, mode: str) -> Any:
+        handoff, self._handoff = self._handoff, None
+        if handoff is None:
+            return None
+        key, handoff_mode, value = handoff
+        if key != id(data) or handoff_mode != mode:
+            raise RuntimeError(
+                f"TROLL's final loss call ({mode} pass) received a different micro-batch than its logits hook "
+                f"({handoff_mode} pass); the engine's call order changed."
+            )
+        return value
+
+    # ---------------------------------------------------------------------------------------------------------
     # (a) inside the forward pass
     # ---------------------------------------------------------------------------------------------------------
     def _logits_hook(self, backend, student_logits, data, mode, data_format) -> dict[str, torch.Tensor]:
@@ -121,20 +146,17 @@ class TrollLossFn:
             if backend.OLD_PASS_THROUGH_HOOK:
                 return old  # Megatron: per-row (1, L, K) tensors, gathered and nested by the engine
             # FSDP's hook carries per-row scalars only: attach the K-wide tensors in the final call.
-            self._pending = old
+            self._give(data, mode, old)
             return {}
-        outputs, self._solver_iters = backend.compute_troll_token_terms(
-            student_logits, data, self.settings, data_format
-        )
+        outputs, solver_iters = backend.compute_troll_token_terms(student_logits, data, self.settings, data_format)
+        self._give(data, mode, solver_iters)
         return outputs
 
     # ---------------------------------------------------------------------------------------------------------
     # (b) after the forward pass
     # ---------------------------------------------------------------------------------------------------------
     def _old_pass_output(self, model_output: dict, data: TensorDict):
-        from .fsdp.losses import OLD_FIELDS, response_lengths, response_rows
-
-        pending, self._pending = self._pending, None
+        pending = self._take(data, "old")
         if pending is None and all(k in model_output for k in OLD_FIELDS):
             # through the hook (Megatron): full-sequence rows → response-aligned rows, as old_log_probs are stored
             rows = response_rows(data)
@@ -150,17 +172,14 @@ class TrollLossFn:
 
         lengths = response_lengths(data)
         offsets = torch.cat([lengths.new_zeros(1), torch.cumsum(lengths, 0)]).to(next(iter(pending.values())).device)
-        n_tokens = max(int(offsets[-1]), 1)
-        nbytes = 0
         for key, values in pending.items():
             model_output[key] = torch.nested.nested_tensor_from_jagged(values, offsets)
-            nbytes += values.numel() * values.element_size()
-        device = next(iter(pending.values())).device
-        metrics = {"troll/old_topk_bytes_per_token": nbytes / n_tokens}
-        return torch.zeros((), device=device), metrics
+        # (verl keeps no metric of a forward-only pass: the storage is measured in the update, where it arrives)
+        return torch.zeros((), device=next(iter(pending.values())).device), {}
 
     def _update_loss(self, model_output: dict, data: TensorDict):
         config = self.config
+        solver_iters = self._take(data, "update")
         try:
             terms = TrollTokenTerms(*(no_padding_2_padding(model_output[f"troll_{f}"], data) for f in TrollTokenTerms._fields))
         except KeyError as e:
@@ -202,7 +221,12 @@ class TrollLossFn:
             padded.get("rollout_is_weights", None),
         )
         metrics = {k: Metric(_aggregation(k, loss_aggregation), v) for k, v in troll_metrics.items()}
-        metrics["troll/solver_iters"] = Metric(AggregationType.MAX, float(self._solver_iters))
+        # what the old-log-prob pass stored per response token and TransferQueue delivered here (measured)
+        stored = [data[k] for k in OLD_FIELDS if k in data.keys()]
+        n_tokens = max(int(response_mask.sum()), 1)
+        nbytes = sum((t.values() if t.is_nested else t).numel() * t.element_size() for t in stored)
+        metrics["troll/old_topk_bytes_per_token"] = Metric(AggregationType.MEAN, nbytes / n_tokens)
+        metrics["troll/solver_iters"] = Metric(AggregationType.MAX, float(solver_iters or 0))
         metrics["actor/pg_loss"] = Metric(value=policy_loss, aggregation=loss_aggregation)
 
         if entropy is not None:

@@ -25,7 +25,7 @@ Floor and tail treatment (our decision, documented in ``docs/troll.md``):
 - The old policy is known only on its stored top-K and at the sampled token (verl's ``old_log_probs``). A token
   that only the current policy brought into S takes, on the old side, the paper's floor probability (default
   1e-12, ``old_estimate="floor"``) or an estimate from what the old pass did store (``"upper"``,
-  ``"proportional"``; :func:`_old_side_estimate` derives them).
+  ``"proportional"``; :func:`old_side_estimate` derives them).
 - NOTE: the paper drops the tail. Here the tail is an explicit category on both sides: ``log(1 − Σ_S π)``,
   computed exactly from the logits (float64 accumulation) and **differentiable** for the current policy. So
   KL(π̃ ‖ π_old) and the regression term KL(π̃ ‖ sg π) see mass that leaks out of S, and the gradient pulls it
@@ -64,6 +64,19 @@ __all__ = [
     "mass_rule_mask",
     "DEFAULT_CHUNK_BYTES",
     "OLD_ESTIMATES",
+    # building blocks of the streaming kernels, shared with backends that shard the vocabulary (megatron/)
+    "Workspace",
+    "union_support",
+    "safe_ids",
+    "sparse_forward",
+    "sparse_backward",
+    "old_side_estimate",
+    "assemble_support",
+    "check_rows",
+    "check_sparse_inputs",
+    "check_support_args",
+    "check_old_estimate",
+    "chunk_rows",
 ]
 
 # Auto chunk size: rows per chunk such that one fp32 (rows, V) temporary is about this large.
@@ -117,12 +130,12 @@ class SparseSupport(NamedTuple):
 # ----------------------------------------------------------------------------------------------------------
 # argument checks
 # ----------------------------------------------------------------------------------------------------------
-def _check_old_estimate(old_estimate: str) -> None:
+def check_old_estimate(old_estimate: str) -> None:
     if old_estimate not in OLD_ESTIMATES:
         raise ValueError(f"old_estimate must be one of {OLD_ESTIMATES}, got {old_estimate!r}.")
 
 
-def _check_support_args(topk: int, mass_delta: float, floor: float | None = None) -> None:
+def check_support_args(topk: int, mass_delta: float, floor: float | None = None) -> None:
     if not isinstance(topk, int) or isinstance(topk, bool) or topk < 1:
         raise ValueError(f"topk must be an int >= 1 (the paper uses 64), got {topk!r}.")
     if not isinstance(mass_delta, (int, float)) or not (0.0 < mass_delta < 1.0):
@@ -139,7 +152,7 @@ def _check_logits(name: str, logits: torch.Tensor) -> None:
         )
 
 
-def _check_rows(rows: torch.Tensor, n_logits: int) -> int:
+def check_rows(rows: torch.Tensor, n_logits: int) -> int:
     if not isinstance(rows, torch.Tensor) or rows.dim() != 1 or rows.dtype != torch.long:
         raise ValueError(f"rows must be a 1-D int64 tensor of row indices, got {getattr(rows, 'dtype', type(rows))}.")
     if rows.numel() and (int(rows.min()) < 0 or int(rows.max()) >= n_logits):
@@ -147,7 +160,7 @@ def _check_rows(rows: torch.Tensor, n_logits: int) -> int:
     return rows.shape[0]
 
 
-def _chunk_rows(n_rows: int, vocab: int, chunk_size: int | None) -> int:
+def chunk_rows(n_rows: int, vocab: int, chunk_size: int | None) -> int:
     if chunk_size is not None:
         if not isinstance(chunk_size, int) or chunk_size < 1:
             raise ValueError(f"chunk_size must be a positive int (tokens per chunk) or None, got {chunk_size!r}.")
@@ -176,7 +189,7 @@ def mass_rule_mask(sorted_logprobs: torch.Tensor, mass_delta: float) -> torch.Te
     return keep
 
 
-class _Workspace:
+class Workspace:
     """Reusable ``(rows, V)`` compute-dtype buffers, one per name, so chunks do not re-allocate (and re-fault)
     vocabulary-sized memory. Lives for one forward or backward call."""
 
@@ -231,7 +244,7 @@ def _tail_logprob(p: torch.Tensor, support_ids: torch.Tensor) -> torch.Tensor:
     return torch.log(p.scatter_(1, support_ids, 0.0).sum(dim=-1))
 
 
-def _union(
+def union_support(
     old_ids: torch.Tensor,
     old_lp: torch.Tensor,
     new_ids: torch.Tensor,
@@ -287,7 +300,7 @@ def _union(
     return ids, old, valid, count
 
 
-def _safe_ids(ids: torch.Tensor, valid: torch.Tensor, sampled: torch.Tensor) -> torch.Tensor:
+def safe_ids(ids: torch.Tensor, valid: torch.Tensor, sampled: torch.Tensor) -> torch.Tensor:
     """Ids usable for gather/scatter: padding slots point at the (always valid) sampled token."""
     return torch.where(valid, ids, sampled[:, None])
 
@@ -320,17 +333,17 @@ def old_topk_from_logits(
         fp64 for fp64 logits), where ``K = min(topk, V)``.
     """
     _check_logits("logits", logits)
-    _check_support_args(topk, mass_delta, floor)
+    check_support_args(topk, mass_delta, floor)
     V = logits.shape[1]
-    N = logits.shape[0] if rows is None else _check_rows(rows, logits.shape[0])
+    N = logits.shape[0] if rows is None else check_rows(rows, logits.shape[0])
     k = min(topk, V)
     log_floor = math.log(floor)
     cdt = compute_dtype(logits.dtype)
     ids = torch.empty((N, k), dtype=torch.int32, device=logits.device)
     lps = torch.empty((N, k), dtype=value_dtype, device=logits.device)
     tail = torch.empty((N,), dtype=cdt, device=logits.device)
-    step = _chunk_rows(N, V, chunk_size)
-    ws = _Workspace(min(step, N), V, cdt, logits.device)
+    step = chunk_rows(N, V, chunk_size)
+    ws = Workspace(min(step, N), V, cdt, logits.device)
     for r0 in range(0, N, step):
         r1 = min(r0 + step, N)
         p = ws.get("p", r1 - r0)
@@ -351,13 +364,13 @@ def _forward_chunk(z, p, k, mass_delta, log_floor, old_ids, old_lp, sampled, sam
     ``p`` is a ``(c, V)`` scratch buffer."""
     lse, topv, topi = _chunk_stats(z, k, p)
     keep = mass_rule_mask(topv - lse[:, None], mass_delta)
-    ids, old, valid, count = _union(old_ids, old_lp, topi, keep, sampled, sampled_old_lp, log_floor, z.dtype)
-    safe = _safe_ids(ids, valid, sampled)
+    ids, old, valid, count = union_support(old_ids, old_lp, topi, keep, sampled, sampled_old_lp, log_floor, z.dtype)
+    safe = safe_ids(ids, valid, sampled)
     new = torch.where(valid, z.gather(1, safe) - lse[:, None], 0.0)
     return ids, old, valid, count, new, _tail_logprob(p, safe)
 
 
-def _sparse_forward(
+def sparse_forward(
     chunk_logits, N, V, k, mass_delta, log_floor, old_ids, old_lp, sampled, sampled_old_lp, step, cdt,
     forward_chunk=_forward_chunk, extra_row_outputs: int = 0, workspace_width: int | None = None,
 ):  # fmt: skip
@@ -377,7 +390,7 @@ def _sparse_forward(
         torch.empty((N, C), dtype=cdt, device=dev),  # new
         torch.empty(N, dtype=cdt, device=dev),  # tail_raw
     ] + [torch.empty(N, dtype=cdt, device=dev) for _ in range(extra_row_outputs)]
-    ws = _Workspace(min(step, N), V, cdt, dev)
+    ws = Workspace(min(step, N), V, cdt, dev)
     for r0 in range(0, N, step):
         r1 = min(r0 + step, N)
         out = forward_chunk(
@@ -404,7 +417,7 @@ def _grad_chunk(z, safe, valid, g_new, g_tail_eff, tail_raw, new_lp, out):
     return grad
 
 
-def _sparse_backward(
+def sparse_backward(
     chunk_logits, target, consume, N, V, step, saved, g_new, g_tail, log_floor, grad_chunk=_grad_chunk, row_extras=()
 ):
     """Stream ``grad_chunk`` (default :func:`_grad_chunk`) over token chunks.
@@ -418,8 +431,8 @@ def _sparse_backward(
     g_new = torch.zeros_like(new) if g_new is None else g_new.to(cdt)
     g_tail = torch.zeros_like(tail_raw) if g_tail is None else g_tail.to(cdt)
     g_tail_eff = torch.where(tail_raw > log_floor, g_tail, 0.0)  # the floor clamp has no gradient
-    safe = _safe_ids(ids, valid, sampled)
-    ws = _Workspace(min(step, N), V, cdt, sampled.device)
+    safe = safe_ids(ids, valid, sampled)
+    ws = Workspace(min(step, N), V, cdt, sampled.device)
     for r0 in range(0, N, step):
         sl = slice(r0, min(r0 + step, N))
         z = chunk_logits(sl, ws)
@@ -449,7 +462,7 @@ class _SparseFromLogits(torch.autograd.Function):
         V = logits.shape[1]
         N = logits.shape[0] if rows is None else rows.shape[0]
         cdt = compute_dtype(logits.dtype)
-        ids, old, valid, new, tail_raw = _sparse_forward(
+        ids, old, valid, new, tail_raw = sparse_forward(
             lambda r0, r1, ws: ws.chunk(logits, rows, slice(r0, r1)), N, V, k, mass_delta, log_floor,
             old_ids, old_lp, sampled, sampled_old_lp, step, cdt,
         )  # fmt: skip
@@ -483,7 +496,7 @@ class _SparseFromLogits(torch.autograd.Function):
             elif not direct:
                 grad[sl].copy_(g)
 
-        _sparse_backward(
+        sparse_backward(
             lambda sl, ws: ws.chunk(logits, rows, sl), target, consume, N, V, ctx.step, saved, g_new, g_tail,
             ctx.log_floor,
         )  # fmt: skip
@@ -512,7 +525,7 @@ class _SparseFromHidden(torch.autograd.Function):
     def forward(ctx, hidden, weight, old_ids, old_lp, sampled, sampled_old_lp, k, mass_delta, log_floor, step, inv_t):
         N, V = hidden.shape[0], weight.shape[0]
         cdt = compute_dtype(hidden.dtype)
-        ids, old, valid, new, tail_raw = _sparse_forward(
+        ids, old, valid, new, tail_raw = sparse_forward(
             lambda r0, r1, ws: _head_logits(hidden, weight, inv_t, ws, slice(r0, r1)), N, V, k, mass_delta,
             log_floor, old_ids, old_lp, sampled, sampled_old_lp, step, cdt,
         )  # fmt: skip
@@ -540,7 +553,7 @@ class _SparseFromHidden(torch.autograd.Function):
             if need_w:
                 grad_w.addmm_(gz.t(), hidden[sl].to(cdt))
 
-        _sparse_backward(
+        sparse_backward(
             lambda sl, ws: _head_logits(hidden, weight, ctx.inv_t, ws, sl), lambda sl, ws: ws.get("g", sl.stop - sl.start),
             consume, N, V, ctx.step, saved, g_new, g_tail, ctx.log_floor,
         )  # fmt: skip
@@ -551,7 +564,7 @@ class _SparseFromHidden(torch.autograd.Function):
 OLD_ESTIMATES = ("floor", "upper", "proportional")
 
 
-def _old_side_estimate(new, ids, old_u, valid, old: OldTopK, sampled, sampled_old_lp, floor, estimate):
+def old_side_estimate(new, ids, old_u, valid, old: OldTopK, sampled, sampled_old_lp, floor, estimate):
     """Old log-probs for the union tokens the old pass did not store, and the old tail that is left.
 
     The old pass stored the old policy's top-K ``T`` (mass rule), the mass ``m_T = Σ_{b∉T} π_old(b)`` outside it, and
@@ -608,12 +621,12 @@ def _old_side_estimate(new, ids, old_u, valid, old: OldTopK, sampled, sampled_ol
     return old_u, old_tail
 
 
-def _assemble(
+def assemble_support(
     new, tail, ids, old_u, valid, old: OldTopK, sampled, sampled_old_lp, floor, old_estimate: str = "floor"
 ) -> SparseSupport:
-    """Append the tail bucket as the last column, fill in the old side (:func:`_old_side_estimate`) and locate the
+    """Append the tail bucket as the last column, fill in the old side (:func:`old_side_estimate`) and locate the
     sampled token."""
-    old_u, old_tail = _old_side_estimate(new, ids, old_u, valid, old, sampled, sampled_old_lp, floor, old_estimate)
+    old_u, old_tail = old_side_estimate(new, ids, old_u, valid, old, sampled, sampled_old_lp, floor, old_estimate)
     ones = torch.ones((new.shape[0], 1), dtype=torch.bool, device=new.device)
     return SparseSupport(
         new_logprobs=torch.cat([new, tail[:, None]], dim=1),
@@ -624,7 +637,7 @@ def _assemble(
     )
 
 
-def _check_sparse_inputs(n_rows: int, sampled: torch.Tensor, old: OldTopK, sampled_old_lp: torch.Tensor) -> None:
+def check_sparse_inputs(n_rows: int, sampled: torch.Tensor, old: OldTopK, sampled_old_lp: torch.Tensor) -> None:
     if sampled.shape != (n_rows,) or sampled_old_lp.shape != (n_rows,):
         raise ValueError(
             f"sampled_ids and old_sampled_logprob must have shape ({n_rows},) (one per token), got "
@@ -662,26 +675,26 @@ def troll_sparse_from_logits(
         rows: optional ``(N,)`` int64 indices of the rows of ``logits`` these N tokens are (e.g. the response
             positions of a packed sequence); the other rows get zero gradient. Default: all rows.
         old_estimate: old-side value of union tokens the old pass did not store: ``floor`` (the paper),
-            ``upper`` or ``proportional`` (see :func:`_old_side_estimate`).
+            ``upper`` or ``proportional`` (see :func:`old_side_estimate`).
 
     Returns:
         :class:`SparseSupport` with ``(N, S + 1)`` fields (fp32, fp64 for fp64 logits), S the largest union
         size in the batch.
     """
     _check_logits("logits", logits)
-    _check_support_args(topk, mass_delta, floor)
-    _check_old_estimate(old_estimate)
+    check_support_args(topk, mass_delta, floor)
+    check_old_estimate(old_estimate)
     V = logits.shape[1]
-    N = logits.shape[0] if rows is None else _check_rows(rows, logits.shape[0])
+    N = logits.shape[0] if rows is None else check_rows(rows, logits.shape[0])
     sampled = sampled_ids.long()
-    _check_sparse_inputs(N, sampled, old, old_sampled_logprob)
+    check_sparse_inputs(N, sampled, old, old_sampled_logprob)
     log_floor = math.log(floor)
-    step = _chunk_rows(N, V, chunk_size)
+    step = chunk_rows(N, V, chunk_size)
     new, tail, ids, old_u, valid = _SparseFromLogits.apply(
         logits, rows, old.ids, old.logprobs, sampled, old_sampled_logprob.detach(), min(topk, V), mass_delta,
         log_floor, step,
     )  # fmt: skip
-    return _assemble(new, tail, ids, old_u, valid, old, sampled, old_sampled_logprob.detach(), floor, old_estimate)
+    return assemble_support(new, tail, ids, old_u, valid, old, sampled, old_sampled_logprob.detach(), floor, old_estimate)
 
 
 def troll_sparse_from_hidden(
@@ -717,15 +730,15 @@ def troll_sparse_from_hidden(
         raise ValueError(f"hidden and weight must share one floating dtype, got {hidden.dtype} and {weight.dtype}.")
     if not (isinstance(temperature, (int, float)) and temperature > 0):
         raise ValueError(f"temperature must be > 0, got {temperature!r}.")
-    _check_support_args(topk, mass_delta, floor)
-    _check_old_estimate(old_estimate)
+    check_support_args(topk, mass_delta, floor)
+    check_old_estimate(old_estimate)
     N, V = hidden.shape[0], weight.shape[0]
     sampled = sampled_ids.long()
-    _check_sparse_inputs(N, sampled, old, old_sampled_logprob)
+    check_sparse_inputs(N, sampled, old, old_sampled_logprob)
     log_floor = math.log(floor)
-    step = _chunk_rows(N, V, chunk_size)
+    step = chunk_rows(N, V, chunk_size)
     new, tail, ids, old_u, valid = _SparseFromHidden.apply(
         hidden, weight, old.ids, old.logprobs, sampled, old_sampled_logprob.detach(), min(topk, V), mass_delta,
         log_floor, step, 1.0 / float(temperature),
     )  # fmt: skip
-    return _assemble(new, tail, ids, old_u, valid, old, sampled, old_sampled_logprob.detach(), floor, old_estimate)
+    return assemble_support(new, tail, ids, old_u, valid, old, sampled, old_sampled_logprob.detach(), floor, old_estimate)

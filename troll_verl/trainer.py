@@ -150,10 +150,6 @@ class TrollTrainer(PPOTrainerSync):
             batch.extra_info[TROLL_OLD_PASS_KEY] = False
         if out is not None and out is not batch:
             out.extra_info[TROLL_OLD_PASS_KEY] = False
-        settings = self.troll_settings
-        metrics["troll/old_topk_bytes_per_token"] = float(
-            settings.topk * (4 + settings.value_dtype.itemsize) + 4
-        )
         return out
 
     def _compute_ref_log_prob(self, batch, metrics: dict):

@@ -37,61 +37,14 @@ from verl.utils.ulysses import (
 )
 
 from ..config import TrollPolicyLossConfig
+from ..layout import OLD_FIELDS, response_lengths, response_rows, response_values
 from ..losses import troll_token_terms
 from ..sparse import OldTopK, old_topk_from_logits, troll_sparse_from_logits
 
-__all__ = [
-    "OLD_PASS_THROUGH_HOOK",
-    "compute_troll_old_topk",
-    "compute_troll_token_terms",
-    "response_rows",
-    "response_lengths",
-    "response_values",
-    "OLD_FIELDS",
-]
+__all__ = ["OLD_PASS_THROUGH_HOOK", "compute_troll_old_topk", "compute_troll_token_terms"]
 
-# Response-aligned fields written by the old-log-prob pass: ids (R, K) int32, logprobs (R, K), tail (R,) fp32.
-OLD_FIELDS = ("troll_old_ids", "troll_old_logprobs", "troll_old_tail")
 # FSDP's logits hook only carries per-row scalars: the K-wide old top-K is attached in the final loss call.
 OLD_PASS_THROUGH_HOOK = False
-
-
-def response_lengths(data: TensorDict) -> torch.Tensor:
-    """``(bsz,)`` response lengths: from a nested ``response_mask`` (verl's v1 trainer), or, for left/right padded
-    batches, from ``attention_mask`` over the response columns (as verl's ``no_padding_2_padding`` does)."""
-    response_mask = data["response_mask"]
-    if response_mask.is_nested:
-        return response_mask.offsets().diff()
-    n_prompt = data["prompts"].shape[1]
-    return data["attention_mask"][:, n_prompt:].sum(-1)
-
-
-def response_values(tensor: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-    """Response-aligned values ``(R, ...)`` of a nested ``(bsz, j, ...)`` or padded ``(bsz, T, ...)`` tensor."""
-    if tensor.is_nested:
-        return tensor.values()
-    return torch.cat([tensor[i, : int(n)] for i, n in enumerate(lengths)], dim=0)
-
-
-def response_rows(data: TensorDict) -> torch.Tensor:
-    """Global packed row index of every response-predicting position of a micro-batch.
-
-    Args:
-        data: micro-batch with nested ``input_ids`` ``(bsz, prompt+response)`` and ``response_mask``.
-
-    Returns:
-        ``(R,)`` int64, R the number of response tokens, in the order verl stores response-aligned fields:
-        sequence ``i``'s response token ``j`` is predicted by packed row ``start_i + prompt_len_i − 1 + j``.
-    """
-    offsets = data["input_ids"].offsets()
-    resp_lens = response_lengths(data).to(offsets.device)
-    seq_lens = offsets.diff()
-    if bool((seq_lens - resp_lens < 1).any()):
-        raise ValueError("every sequence needs at least one prompt token before its response")
-    first = offsets[:-1] + seq_lens - resp_lens - 1
-    base = torch.repeat_interleave(first, resp_lens)
-    resp_starts = torch.repeat_interleave(torch.cumsum(resp_lens, 0) - resp_lens, resp_lens)
-    return base + torch.arange(base.shape[0], device=base.device) - resp_starts
 
 
 def _local(rows: torch.Tensor, n_local: int) -> tuple[torch.Tensor, torch.Tensor]:

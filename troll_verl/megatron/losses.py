@@ -47,22 +47,23 @@ from tensordict import TensorDict
 from torch.autograd.function import once_differentiable
 
 from ..config import TrollPolicyLossConfig
+from ..layout import OLD_FIELDS, response_lengths, response_rows, response_values
 from ..losses import troll_token_terms
 from ..projection import compute_dtype
 from ..sparse import (
     OldTopK,
     SparseSupport,
-    _assemble,
-    _check_rows,
-    _check_sparse_inputs,
-    _check_support_args,
-    _chunk_rows,
-    _safe_ids,
-    _sparse_backward,
-    _sparse_forward,
-    _union,
-    _Workspace,
+    Workspace,
+    assemble_support,
+    check_rows,
+    check_sparse_inputs,
+    check_support_args,
+    chunk_rows,
     mass_rule_mask,
+    safe_ids,
+    sparse_backward,
+    sparse_forward,
+    union_support,
 )
 
 __all__ = [
@@ -138,8 +139,8 @@ def _vp_forward_chunk(z, p_full, k, mass_delta, log_floor, old_ids, old_lp, samp
     """The vocab-parallel twin of :func:`troll_verl.sparse._forward_chunk`; also returns the global LSE."""
     lse, _, total, topv, topi = _vp_stats(z, k, p_full, group, start)
     keep = mass_rule_mask(topv - lse[:, None], mass_delta)
-    ids, old, valid, count = _union(old_ids, old_lp, topi, keep, sampled, sampled_old_lp, log_floor, z.dtype)
-    safe = _safe_ids(ids, valid, sampled)
+    ids, old, valid, count = union_support(old_ids, old_lp, topi, keep, sampled, sampled_old_lp, log_floor, z.dtype)
+    safe = safe_ids(ids, valid, sampled)
     zs, tail_raw = _vp_support_values(z, p_full, safe, valid, total, group, start)
     new = torch.where(valid, zs - lse[:, None], 0.0)
     return ids, old, valid, count, new, tail_raw, lse
@@ -171,7 +172,7 @@ class _VocabParallelSparse(torch.autograd.Function):
         cdt = compute_dtype(logits.dtype)
         rank, world = _tp_group_info(group)
         start = rank * vp
-        ids, old, valid, new, tail_raw, lse = _sparse_forward(
+        ids, old, valid, new, tail_raw, lse = sparse_forward(
             lambda r0, r1, ws: ws.chunk(logits, rows, slice(r0, r1)), N, vp, k, mass_delta, log_floor,
             old_ids, old_lp, sampled, sampled_old_lp, step, cdt,
             forward_chunk=partial(_vp_forward_chunk, group=group, start=start), extra_row_outputs=1,
@@ -199,7 +200,7 @@ class _VocabParallelSparse(torch.autograd.Function):
             dest = rows[sl] if rows is not None else torch.arange(sl.start, sl.stop, device=grad.device)
             grad.index_copy_(0, dest, g.to(grad.dtype))
 
-        _sparse_backward(
+        sparse_backward(
             lambda sl, ws: ws.chunk(logits, rows, sl), target, consume, N, vp, ctx.step,
             (ids, valid, new, tail_raw, sampled), g_new, g_tail, ctx.log_floor,
             grad_chunk=partial(_vp_grad_chunk, start=ctx.start), row_extras=(lse,),
@@ -233,19 +234,19 @@ def vocab_parallel_sparse_from_logits(
     Returns:
         :class:`~troll_verl.sparse.SparseSupport`, identical on every TP rank; gradients flow to this rank's shard.
     """
-    _check_support_args(topk, mass_delta, floor)
+    check_support_args(topk, mass_delta, floor)
     vp = logits.shape[1]
     _, world = _tp_group_info(group)
-    N = logits.shape[0] if rows is None else _check_rows(rows, logits.shape[0])
+    N = logits.shape[0] if rows is None else check_rows(rows, logits.shape[0])
     sampled = sampled_ids.long()
-    _check_sparse_inputs(N, sampled, old, old_sampled_logprob)
+    check_sparse_inputs(N, sampled, old, old_sampled_logprob)
     log_floor = math.log(floor)
-    step = _chunk_rows(N, vp, chunk_size)
+    step = chunk_rows(N, vp, chunk_size)
     new, tail, ids, old_u, valid = _VocabParallelSparse.apply(
         logits, rows, old.ids, old.logprobs, sampled, old_sampled_logprob.detach(), min(topk, vp * world),
         mass_delta, log_floor, step, group,
     )  # fmt: skip
-    return _assemble(new, tail, ids, old_u, valid, old, sampled, old_sampled_logprob.detach(), floor, old_estimate)
+    return assemble_support(new, tail, ids, old_u, valid, old, sampled, old_sampled_logprob.detach(), floor, old_estimate)
 
 
 @torch.no_grad()
@@ -261,19 +262,19 @@ def vocab_parallel_old_topk(
     rows: torch.Tensor | None = None,
 ) -> OldTopK:
     """:func:`troll_verl.sparse.old_topk_from_logits` for vocab-parallel logits (global ids; same on every rank)."""
-    _check_support_args(topk, mass_delta, floor)
+    check_support_args(topk, mass_delta, floor)
     vp = logits.shape[1]
     rank, world = _tp_group_info(group)
     start = rank * vp
     k = min(topk, vp * world)
-    N = logits.shape[0] if rows is None else _check_rows(rows, logits.shape[0])
+    N = logits.shape[0] if rows is None else check_rows(rows, logits.shape[0])
     log_floor = math.log(floor)
     cdt = compute_dtype(logits.dtype)
     ids = torch.empty((N, k), dtype=torch.int32, device=logits.device)
     lps = torch.empty((N, k), dtype=value_dtype, device=logits.device)
     tail = torch.empty((N,), dtype=cdt, device=logits.device)
-    step = _chunk_rows(N, vp, chunk_size)
-    ws = _Workspace(min(step, N), vp, cdt, logits.device)
+    step = chunk_rows(N, vp, chunk_size)
+    ws = Workspace(min(step, N), vp, cdt, logits.device)
     for r0 in range(0, N, step):
         r1 = min(r0 + step, N)
         z = ws.chunk(logits, rows, slice(r0, r1))
@@ -312,7 +313,6 @@ def _cp_split(nested: torch.Tensor, data_format: str) -> torch.Tensor:
 def _full_sequence(data: TensorDict, values: torch.Tensor, fill) -> torch.Tensor:
     """Nested ``(bsz, prompt+response, ...)`` tensor holding response-aligned ``values`` at the rows predicting each
     response token (row p predicts token p+1) and ``fill`` elsewhere."""
-    from ..fsdp.losses import response_rows
 
     offsets = data["input_ids"].offsets()
     full = torch.full((int(offsets[-1]), *values.shape[1:]), fill, dtype=values.dtype, device=values.device)
@@ -322,7 +322,6 @@ def _full_sequence(data: TensorDict, values: torch.Tensor, fill) -> torch.Tensor
 
 def _local_rows(data: TensorDict, n_local: int, data_format: str, device):
     """This CP rank's response rows: ``(local row indices, their positions in response-aligned order)``."""
-    from ..fsdp.losses import response_rows
 
     n_resp = response_rows(data).shape[0]
     order = torch.arange(1, n_resp + 1, dtype=torch.long, device=device)  # 1-based so padding (0) is distinct
@@ -370,7 +369,6 @@ def compute_troll_token_terms(
     Returns:
         ``({"troll_<field>": (1, L)}, solver iterations)``, identical on every TP rank.
     """
-    from ..fsdp.losses import OLD_FIELDS, response_lengths, response_rows, response_values
 
     logits = student_logits.reshape(-1, student_logits.shape[-1])
     L = logits.shape[0]
