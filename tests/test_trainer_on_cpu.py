@@ -22,8 +22,8 @@ from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from verl.utils.config import omega_conf_to_dataclass
 from verl.workers.engine_workers import ActorRolloutRefWorker, TrainingWorker
 
-from troll_verl.config import TrollPolicyLossConfig
-from troll_verl.trainer import TrollTrainer, validate_troll_config
+from troll_verl.config import TrollPolicyLossConfig, validate_troll_config
+from troll_verl.trainer import TrollTrainer
 from troll_verl.workers import TROLL_OLD_PASS_KEY, TROLL_UPDATE_KEY, TrollActorRolloutRefWorker, TrollTrainingWorker
 
 

@@ -20,8 +20,10 @@ TrollPolicyLossConfig`` to set any of its keys; with only ``loss_mode=troll`` th
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass, fields
+from types import SimpleNamespace
 from typing import Any, Optional
 
 import torch
@@ -29,7 +31,11 @@ from verl.workers.config import PolicyLossConfig
 
 from .sparse import OLD_ESTIMATES
 
-__all__ = ["TrollPolicyLossConfig", "troll_settings", "VALUE_DTYPES"]
+__all__ = ["TrollPolicyLossConfig", "troll_settings", "troll_loss_enabled", "validate_troll_config", "VALUE_DTYPES"]
+
+logger = logging.getLogger(__name__)
+# Actor strategies TROLL's engine path supports.
+_SUPPORTED_STRATEGIES = ("fsdp", "fsdp2", "megatron")
 
 _PREFIX = "actor_rollout_ref.actor.policy_loss"
 VALUE_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -147,3 +153,64 @@ def troll_settings(actor_config: Any) -> TrollPolicyLossConfig:
         raise ValueError("The actor config has no policy_loss section; TROLL reads its settings from it.")
     shared = {f.name for f in fields(PolicyLossConfig)} - {"_target_"}
     return TrollPolicyLossConfig(**{name: policy_loss[name] for name in shared if name in policy_loss})
+
+
+def troll_loss_enabled(config) -> bool:
+    """True when ``actor_rollout_ref.actor.policy_loss.loss_mode`` is ``troll`` (``config``: a full verl config)."""
+    from omegaconf import OmegaConf
+
+    return OmegaConf.select(config, "actor_rollout_ref.actor.policy_loss.loss_mode") == "troll"
+
+
+def validate_troll_config(config) -> TrollPolicyLossConfig:
+    """Check that a full verl config can run TROLL; return the validated TROLL settings.
+
+    Raises:
+        ValueError: naming the setting to change, for every configuration TROLL cannot run.
+    """
+    from omegaconf import OmegaConf
+    from verl.utils.config import omega_conf_to_dataclass
+
+    actor = config.actor_rollout_ref.actor
+    if not OmegaConf.select(config, "trainer.use_v1", default=True):
+        raise ValueError("TROLL runs on verl's v1 trainer only; set trainer.use_v1=true.")
+    if OmegaConf.select(config, "algorithm.rollout_correction.bypass_mode", default=False):
+        raise ValueError(
+            "algorithm.rollout_correction.bypass_mode=true never recomputes old log-probs with the actor, so TROLL "
+            "gets no old token distribution to project onto. Set algorithm.rollout_correction.bypass_mode=false."
+        )
+    if OmegaConf.select(config, "actor_rollout_ref.model.use_fused_kernels", default=False):
+        raise ValueError(
+            "actor_rollout_ref.model.use_fused_kernels=true never materialises the logits TROLL needs for its "
+            "top-K supports. Set actor_rollout_ref.model.use_fused_kernels=false."
+        )
+    if actor.strategy not in _SUPPORTED_STRATEGIES:
+        raise ValueError(
+            f"TROLL's engine path supports actor_rollout_ref.actor.strategy in {list(_SUPPORTED_STRATEGIES)}, got "
+            f"{actor.strategy!r}. Set actor_rollout_ref.actor.strategy=fsdp2 (or megatron)."
+        )
+    if actor.strategy == "megatron":
+        logger.warning(
+            "TROLL on the Megatron engine: the vocab-parallel and context-parallel code is tested against the "
+            "single-rank result (megatron-core parallel state, gloo, CPU), but this release has not yet been run on "
+            "verl's full Megatron engine; check troll/* metrics on your first steps."
+        )
+    for engine_key in ("fsdp_config", "megatron"):  # the engine config each strategy reads
+        if OmegaConf.select(config, f"actor_rollout_ref.actor.{engine_key}.pad_to_length", default=False):
+            raise ValueError(
+                f"actor_rollout_ref.actor.{engine_key}.pad_to_length=true pads packed sequences to a static length "
+                "that TROLL's response-row mapping does not know about. Set actor_rollout_ref.actor.pad_to_length="
+                "false (and actor_rollout_ref.actor.megatron.pad_to_length=false on Megatron)."
+            )
+    if OmegaConf.select(config, "distillation.enabled", default=False):
+        raise ValueError(
+            "TROLL uses verl's top-K logits hook, which distillation also uses. Set distillation.enabled=false."
+        )
+    settings = troll_settings(SimpleNamespace(policy_loss=omega_conf_to_dataclass(actor.policy_loss)))
+    if settings.ratio_level == "sequence" and actor.loss_agg_mode != "seq-mean-token-mean":
+        logger.warning(
+            "TROLL with ratio_level=sequence (GSPO) is usually run with actor_rollout_ref.actor.loss_agg_mode="
+            "seq-mean-token-mean; got %s.",
+            actor.loss_agg_mode,
+        )
+    return settings

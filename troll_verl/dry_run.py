@@ -249,8 +249,7 @@ def dry_run(config: DictConfig) -> dict[str, Any]:
     from verl.trainer.ppo.utils import need_critic, need_reference_policy, need_teacher_policy
     from verl.utils.config import omega_conf_to_dataclass
 
-    from .config import troll_settings
-    from .trainer import troll_loss_enabled
+    from .config import troll_loss_enabled, troll_settings
 
     config = without_model_loading(copy.deepcopy(config))
     # verl's TaskRunnerV1 resolves the config before building anything: every interpolation must resolve.

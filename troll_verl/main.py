@@ -37,9 +37,9 @@ def prepare(config: DictConfig) -> DictConfig:
     from verl.utils.config import validate_config
     from verl.utils.device import auto_set_device
 
+    from .config import troll_loss_enabled, validate_troll_config
     from .platform.resources import apply_ray_resources, check_cpu_settings
     from .plugin import check_verl_version, register
-    from .trainer import troll_loss_enabled, validate_troll_config
 
     check_verl_version()
     register()

@@ -47,7 +47,6 @@ logger = logging.getLogger(__name__)
 
 SUPPORTED_VERL = (">=0.9.0", "<0.10")
 POLICY_LOSS_NAME = "troll"
-TRAINER_NAME = "troll"
 VLLM_ROLLOUT_NAME = "vllm"
 
 __all__ = [
@@ -56,7 +55,6 @@ __all__ = [
     "troll_policy_loss",
     "SUPPORTED_VERL",
     "POLICY_LOSS_NAME",
-    "TRAINER_NAME",
     "VLLM_ROLLOUT_NAME",
 ]
 

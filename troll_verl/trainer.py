@@ -30,87 +30,27 @@ from __future__ import annotations
 
 import logging
 import os
-from types import SimpleNamespace
 
 import ray
-from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf import DictConfig, open_dict
 from verl.trainer.ppo.v1.trainer_base import TRAINER_REGISTRY
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from verl.workers.engine_workers import ActorRolloutRefWorker, TrainingWorker
 
-from .config import TrollPolicyLossConfig
+from .config import troll_loss_enabled, validate_troll_config
 from .platform.cpu import cpu_platform_requested
-from .plugin import TRAINER_NAME
 from .workers import TROLL_OLD_PASS_KEY, TROLL_UPDATE_KEY, TrollActorRolloutRefWorker, TrollTrainingWorker
 
 logger = logging.getLogger(__name__)
 logger.setLevel(os.getenv("VERL_LOGGING_LEVEL", "INFO"))
 
-__all__ = ["TrollTrainer", "register_trainer", "validate_troll_config", "troll_loss_enabled"]
+__all__ = ["TrollTrainer", "register_trainer", "TRAINER_NAME"]
 
-_SUPPORTED_STRATEGIES = ("fsdp", "fsdp2", "megatron")
+# trainer.v1.trainer_mode that selects this trainer
+TRAINER_NAME = "troll"
+
 # Replay-buffer poll interval on the CPU platform (verl's default is 2 s).
 CPU_REPLAY_POLL_S = 0.05
-
-
-def troll_loss_enabled(config: DictConfig) -> bool:
-    """True when ``actor_rollout_ref.actor.policy_loss.loss_mode`` is ``troll``."""
-    return OmegaConf.select(config, "actor_rollout_ref.actor.policy_loss.loss_mode") == "troll"
-
-
-def validate_troll_config(config: DictConfig) -> TrollPolicyLossConfig:
-    """Check that a full verl config can run TROLL; return the validated TROLL settings.
-
-    Raises:
-        ValueError: naming the setting to change, for every configuration TROLL cannot run.
-    """
-    from verl.utils.config import omega_conf_to_dataclass
-
-    from .config import troll_settings
-
-    actor = config.actor_rollout_ref.actor
-    if not OmegaConf.select(config, "trainer.use_v1", default=True):
-        raise ValueError("TROLL runs on verl's v1 trainer only; set trainer.use_v1=true.")
-    if OmegaConf.select(config, "algorithm.rollout_correction.bypass_mode", default=False):
-        raise ValueError(
-            "algorithm.rollout_correction.bypass_mode=true never recomputes old log-probs with the actor, so TROLL "
-            "gets no old token distribution to project onto. Set algorithm.rollout_correction.bypass_mode=false."
-        )
-    if OmegaConf.select(config, "actor_rollout_ref.model.use_fused_kernels", default=False):
-        raise ValueError(
-            "actor_rollout_ref.model.use_fused_kernels=true never materialises the logits TROLL needs for its "
-            "top-K supports. Set actor_rollout_ref.model.use_fused_kernels=false."
-        )
-    if actor.strategy not in _SUPPORTED_STRATEGIES:
-        raise ValueError(
-            f"TROLL's engine path supports actor_rollout_ref.actor.strategy in {list(_SUPPORTED_STRATEGIES)}, got "
-            f"{actor.strategy!r}. Set actor_rollout_ref.actor.strategy=fsdp2 (or megatron)."
-        )
-    if actor.strategy == "megatron":
-        logger.warning(
-            "TROLL on the Megatron engine: the vocab-parallel and context-parallel code is tested against the "
-            "single-rank result (megatron-core parallel state, gloo, CPU), but this release has not yet been run on "
-            "verl's full Megatron engine; check troll/* metrics on your first steps."
-        )
-    for engine_key in ("fsdp_config", "megatron"):  # the engine config each strategy reads
-        if OmegaConf.select(config, f"actor_rollout_ref.actor.{engine_key}.pad_to_length", default=False):
-            raise ValueError(
-                f"actor_rollout_ref.actor.{engine_key}.pad_to_length=true pads packed sequences to a static length "
-                "that TROLL's response-row mapping does not know about. Set actor_rollout_ref.actor.pad_to_length="
-                "false (and actor_rollout_ref.actor.megatron.pad_to_length=false on Megatron)."
-            )
-    if OmegaConf.select(config, "distillation.enabled", default=False):
-        raise ValueError(
-            "TROLL uses verl's top-K logits hook, which distillation also uses. Set distillation.enabled=false."
-        )
-    settings = troll_settings(SimpleNamespace(policy_loss=omega_conf_to_dataclass(actor.policy_loss)))
-    if settings.ratio_level == "sequence" and actor.loss_agg_mode != "seq-mean-token-mean":
-        logger.warning(
-            "TROLL with ratio_level=sequence (GSPO) is usually run with actor_rollout_ref.actor.loss_agg_mode="
-            "seq-mean-token-mean; got %s.",
-            actor.loss_agg_mode,
-        )
-    return settings
 
 
 class TrollTrainer(PPOTrainerSync):

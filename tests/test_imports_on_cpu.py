@@ -1,0 +1,124 @@
+# Copyright 2026 The troll-verl authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""The package's import structure: no cycle between its modules, backends are leaves, every module imports alone."""
+
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+import troll_verl
+
+PACKAGE = Path(troll_verl.__file__).parent
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _modules() -> list[str]:
+    return sorted(_module_name(p) for p in PACKAGE.rglob("*.py") if p.name != "__main__.py")
+
+
+def _imports(path: Path) -> set[str]:
+    """Every troll_verl module ``path`` imports, at module level or inside functions, ``importlib`` included."""
+    module = _module_name(path)
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            names = [f"{target}.{a.name}" for a in node.names]
+            found.update(n for n in [target, *names] if n in _MODULES)
+        elif isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name in _MODULES)
+        elif isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "import_module" and node.args:
+            arg = node.args[0]
+            if isinstance(arg, ast.Constant) and isinstance(arg.value, str) and arg.value in _MODULES:
+                found.add(arg.value)
+    found.discard(module)
+    return found
+
+
+_MODULES = set(_modules())
+
+
+def _graph() -> dict[str, set[str]]:
+    graph = {}
+    for path in PACKAGE.rglob("*.py"):
+        if path.name != "__main__.py":
+            # importing a submodule imports its packages first; those edges are not cycles of ours
+            graph[_module_name(path)] = {m for m in _imports(path) if not _module_name(path).startswith(m + ".")}
+    return graph
+
+
+def test_no_import_cycle_between_the_packages_modules():
+    graph = _graph()
+    state: dict[str, int] = {}
+    cycles = []
+
+    def visit(node, stack):
+        state[node] = 1
+        for dep in sorted(graph.get(node, ())):
+            if state.get(dep) == 1:
+                cycles.append(stack[stack.index(dep):] + [dep])
+            elif dep not in state:
+                visit(dep, stack + [dep])
+        state[node] = 2
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node, [node])
+    assert not cycles, cycles
+
+
+def test_backends_are_leaves():
+    """fsdp/ and megatron/ import shared pieces by public names from neutral modules, never each other."""
+    for backend in ("troll_verl.fsdp", "troll_verl.megatron"):
+        other = "troll_verl.megatron" if backend == "troll_verl.fsdp" else "troll_verl.fsdp"
+        for path in (PACKAGE / backend.split(".")[1]).rglob("*.py"):
+            source = path.read_text()
+            assert not any(m.startswith(other) for m in _imports(path)), path
+            for node in ast.walk(ast.parse(source)):
+                if isinstance(node, ast.ImportFrom) and node.module and "troll_verl" in (node.module or "") or (
+                    isinstance(node, ast.ImportFrom) and node.level
+                ):
+                    private = [a.name for a in node.names if a.name.startswith("_")]
+                    assert not private, f"{path.name} imports private {private} from {node.module}"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_every_module_imports_in_a_fresh_interpreter():
+    env = {k: v for k, v in os.environ.items() if k != "VERL_PLATFORM"}
+
+    def load(module):
+        proc = subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True, text=True, env=env,
+                              timeout=300)  # fmt: skip
+        return module, proc.returncode, proc.stderr[-1500:]
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        failed = [(m, err) for m, rc, err in pool.map(load, _modules()) if rc != 0]
+    assert not failed, failed
