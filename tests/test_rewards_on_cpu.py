@@ -309,8 +309,10 @@ def _alive(pid):
         return False
 
 
-def test_code_process_group_killed(tmp_path):
-    """Processes the program starts (verl's guard removes fork and subprocess, not posix_spawn) die with the run."""
+def test_code_process_group_killed(tmp_path, monkeypatch):
+    """Without the sandbox (the fallback runner), processes the program starts (verl's guard removes fork and
+    subprocess, not posix_spawn) still die with the run: the runner kills its process group."""
+    monkeypatch.setenv("TROLL_CODE_SANDBOX", "off")
     pids = tmp_path / "pids"
     program = (
         "import os\n"

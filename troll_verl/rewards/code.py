@@ -41,8 +41,13 @@ working directory, with its stdout/stderr sent to ``/dev/null`` and these limits
 Tests run in order, one ``run_test`` call each (not ``prime_code.compute_score``, which in verl 0.9.1 fails on a
 failing test unless ``continuous=True``, and has no memory limit); a compile error, a time-out or a memory failure
 stops the run (the rest count as failed), a wrong answer or an exception does not. When the run ends, the child's
-whole process group is killed. This is the same isolation verl's local scorer gives (plus limits): candidate code
-runs as this user, so it is **not** a security sandbox; use Sandbox Fusion for untrusted models.
+whole process group is killed.
+
+Where bubblewrap can run, the child runs inside it (:mod:`troll_verl.rewards.sandbox`): a read-only file system
+except its work directory, no network, its own PID namespace (nothing it starts outlives the run) and death with its
+parent; the limits above still apply inside. Without bubblewrap (not installed, or user namespaces off) it runs with
+the limits only, as verl's own local scorer does, after a one-time warning: candidate code then runs as this user
+and can write files or open connections. Sandbox Fusion remains the choice for untrusted models at scale.
 
 **Sandbox Fusion.** With ``sandbox_fusion_url`` (or ``TROLL_SANDBOX_FUSION_URL``) the tests run through verl's
 client (``sandbox_fusion/utils.py::check_correctness``, which POSTs every test to the URL as given, i.e. the
@@ -87,6 +92,7 @@ from troll_verl.rewards.processes import (
     python_child_argv,
     whole_seconds,
 )
+from troll_verl.rewards.sandbox import sandbox_argv
 
 __all__ = [
     "DEFAULT_MEMORY_LIMIT_MB",
@@ -333,8 +339,9 @@ def run_local(
     end = start + total_timeout_s
     statuses: list[str] = []
     with tempfile.TemporaryDirectory(prefix="troll_code_", ignore_cleanup_errors=True) as workdir:
+        argv = python_child_argv(__name__, "_code_child_main")
         proc = subprocess.Popen(
-            python_child_argv(__name__, "_code_child_main"),
+            sandbox_argv(argv, workdir) or argv,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
