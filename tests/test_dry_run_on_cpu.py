@@ -16,6 +16,7 @@ test_recipes_on_cpu.py): the switch, model loading swapped out, start-up checks,
 
 import json
 import subprocess
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -64,7 +65,8 @@ def test_infer_variant(args, variant):
     assert dr._infer_variant(*args) == variant
 
 
-def _startup(n_gpus=8, rollout_tp=2, engine=None, batch=256, mini=32, budget=4096, longest=(1024, 2048)):
+def _startup(n_gpus=8, rollout_tp=2, engine=None, batch=256, mini=32, budget=4096, longest=(1024, 2048),
+             critic=None, per_node=None):  # fmt: skip
     """_check_startup's inputs with stand-ins for the dataclasses (only the fields it reads)."""
     config = OmegaConf.create(
         {
@@ -78,9 +80,10 @@ def _startup(n_gpus=8, rollout_tp=2, engine=None, batch=256, mini=32, budget=409
     )
     actor = SimpleNamespace(engine=engine or FSDPEngineConfig(), ppo_mini_batch_size=mini)
     rollout = SimpleNamespace(
-        tensor_model_parallel_size=rollout_tp, data_parallel_size=1, pipeline_model_parallel_size=1
-    )
-    return dr._check_startup(config, actor, rollout, use_ref=False, critic=None)
+        tensor_model_parallel_size=rollout_tp, data_parallel_size=1, pipeline_model_parallel_size=1,
+        n_gpus_per_node=per_node or n_gpus,
+    )  # fmt: skip
+    return dr._check_startup(config, actor, rollout, use_ref=False, critic=critic)
 
 
 def test_check_startup_accepts_the_recipe_defaults():
@@ -96,6 +99,10 @@ def test_check_startup_accepts_the_recipe_defaults():
         ({"engine": McoreEngineConfig(tensor_model_parallel_size=4, context_parallel_size=4)}, "parallel size 16"),
         ({"batch": 16}, r"train_batch_size \(16\) must be >= "),
         ({"budget": 3000}, r"ppo_max_token_len_per_gpu=3000 .* Set actor_rollout_ref.actor.ppo_max_token_len_per_gpu"),
+        ({"rollout_tp": 12, "n_gpus": 24, "per_node": 8}, "must fill whole nodes"),  # 12-GPU replicas, 8-GPU nodes
+        # verl's v1 trainer runs the critic with ppo_infer_max_token_len_per_gpu, whatever critic.use_dynamic_bsz says
+        ({"critic": SimpleNamespace(engine=FSDPEngineConfig(), ppo_infer_max_token_len_per_gpu=2048)},
+         r"critic.ppo_infer_max_token_len_per_gpu=2048"),
     ],
 )
 def test_check_startup_names_the_setting(kwargs, match):
@@ -142,3 +149,17 @@ def test_main_reports_unreadable_records(tmp_path, capsys):
     assert out.rstrip().endswith("2 of 2 commands checked: 0 OK, 2 failed (bad, missing)")
     assert dr.main(["--stop-on-failure", str(bad), str(tmp_path / "missing.cmd")]) == 1
     assert "1 of 2 commands checked: 0 OK, 1 failed (bad)" in capsys.readouterr().out
+
+
+def test_the_copies_of_verls_inline_checks_still_match_verls_source():
+    """The dry run copies start-up assertions that verl performs inline (no callable function exists); if verl changes
+    one of them this fails, so the copy is revisited instead of drifting."""
+    import verl
+
+    from troll_verl.dry_run import VERL_INLINE_CHECKS
+
+    root = Path(verl.__file__).parent.parent
+    for relative, statements in VERL_INLINE_CHECKS.items():
+        source = (root / relative).read_text()
+        for statement in statements:
+            assert statement in source, f"{relative} no longer contains: {statement}"

@@ -156,8 +156,26 @@ def _n_gpus(config: DictConfig) -> int:
     return int(config.trainer.n_gpus_per_node) * int(config.trainer.nnodes)
 
 
+# verl 0.9.1's start-up assertions that no callable verl function performs: each is inline in a method that needs a
+# live worker, engine or batch, so the dry run keeps a copy. tests/test_dry_run_on_cpu.py checks that verl's source
+# still holds each of these statements, so a verl that changes one fails the tests instead of drifting silently.
+VERL_INLINE_CHECKS = {
+    "verl/workers/engine_workers.py": (
+        "assert self.world_size % infer_world_size == 0",
+        "assert self.config.actor.use_dynamic_bsz == self.config.rollout.log_prob_use_dynamic_bsz",
+    ),
+    "verl/workers/rollout/replica.py": ("assert self.world_size % self.gpus_per_replica_node == 0",),
+    "verl/utils/seqlen_balancing.py": ("assert max_token_len >= max_seq_len",),
+    "verl/trainer/ppo/v1/trainer_base.py": (
+        "critic_cfg.engine.max_token_len_per_gpu = critic_cfg.ppo_infer_max_token_len_per_gpu",
+    ),
+}
+
+
 def _check_startup(config: DictConfig, actor: Any, rollout: Any, use_ref: bool, critic: Any | None) -> list[str]:
-    """verl's start-up assertions that depend on the config alone, run ahead of time; returns warnings.
+    """verl's start-up assertions that depend on the config alone and that only a live worker would run (see
+    :data:`VERL_INLINE_CHECKS`); returns warnings. What verl's own ``validate_config`` checks (``prepare`` ran it:
+    batch sizes without dynamic batching, the actor's Megatron parallel sizes) is not repeated here.
 
     Raises:
         ValueError: naming the setting to change.
@@ -166,7 +184,7 @@ def _check_startup(config: DictConfig, actor: Any, rollout: Any, use_ref: bool, 
     arr = config.actor_rollout_ref
     n_gpus = _n_gpus(config)
 
-    # ActorRolloutRefWorker.init_model: colocated rollout replicas tile the trainer's GPUs.
+    # engine_workers.ActorRolloutRefWorker.init_model: colocated rollout replicas tile the trainer's GPUs ...
     infer_world = rollout.tensor_model_parallel_size * rollout.data_parallel_size * rollout.pipeline_model_parallel_size
     if n_gpus % infer_world:
         raise ValueError(
@@ -174,8 +192,17 @@ def _check_startup(config: DictConfig, actor: Any, rollout: Any, use_ref: bool, 
             f"infer_world_size ({infer_world} = actor_rollout_ref.rollout.tensor_model_parallel_size x "
             "data_parallel_size x pipeline_model_parallel_size)."
         )
-    # Megatron-Core's initialize_model_parallel: the training GPUs tile into TP x PP x CP model-parallel groups.
-    engines = [("actor_rollout_ref.actor.megatron", actor.engine)]
+    # ... and rollout/replica.RolloutReplica: a replica spans whole nodes or fits in one.
+    per_node = int(rollout.n_gpus_per_node)
+    if infer_world % min(per_node, infer_world):
+        raise ValueError(
+            f"a rollout replica of {infer_world} GPUs (tensor x data x pipeline parallel) must fill whole nodes of "
+            f"actor_rollout_ref.rollout.n_gpus_per_node={per_node} GPUs; choose a rollout parallel size that divides "
+            "it or is a multiple of it."
+        )
+    # Megatron-Core's initialize_model_parallel: the GPUs tile into TP x PP x CP groups. verl's validate_config checks
+    # the actor only without dynamic batching; the critic and the dynamic-batching actor are checked here.
+    engines = [("actor_rollout_ref.actor.megatron", actor.engine)] if arr.actor.use_dynamic_bsz else []
     if critic is not None:
         engines.append(("critic.megatron", critic.engine))
     for key, engine in engines:
@@ -190,16 +217,15 @@ def _check_startup(config: DictConfig, actor: Any, rollout: Any, use_ref: bool, 
                 f"parallel size {model_parallel} = {key}.tensor_model_parallel_size x pipeline_model_parallel_size "
                 "x context_parallel_size."
             )
-    # ActorRolloutRefWorker.init_model asserts this.
     if bool(arr.actor.use_dynamic_bsz) != bool(arr.rollout.log_prob_use_dynamic_bsz):
         raise ValueError(
             "actor_rollout_ref.actor.use_dynamic_bsz and actor_rollout_ref.rollout.log_prob_use_dynamic_bsz must be "
             f"equal, got {arr.actor.use_dynamic_bsz} and {arr.rollout.log_prob_use_dynamic_bsz}."
         )
-    # verl validates the mini-batch against the batch only without dynamic batching; the v1 trainer then pads the
-    # batch up to a multiple of the mini-batch, so a mini-batch larger than the batch trains mostly on padding.
+    # validate_config checks the mini-batch against the batch only without dynamic batching; the v1 trainer then pads
+    # the batch up to a multiple of the mini-batch, so a mini-batch larger than the batch trains mostly on padding.
     batch, mini = int(config.data.train_batch_size), int(actor.ppo_mini_batch_size)
-    if batch < mini:
+    if arr.actor.use_dynamic_bsz and batch < mini:
         raise ValueError(
             f"data.train_batch_size ({batch}) must be >= actor_rollout_ref.actor.ppo_mini_batch_size ({mini})."
         )
@@ -208,27 +234,34 @@ def _check_startup(config: DictConfig, actor: Any, rollout: Any, use_ref: bool, 
             f"data.train_batch_size ({batch}) is not a multiple of actor_rollout_ref.actor.ppo_mini_batch_size "
             f"({mini}); verl's v1 trainer pads every batch with dummy sequences up to a multiple."
         )
-    # The engines' dynamic batching asserts max_token_len_per_gpu x sp_size >= the longest sequence at the first step.
-    if arr.actor.use_dynamic_bsz:
-        longest = int(config.data.max_prompt_length) + int(config.data.max_response_length)
-        sp = getattr(actor.engine, "ulysses_sequence_parallel_size", None) or getattr(
-            actor.engine, "context_parallel_size", 1
+    # seqlen_balancing.rearrange_micro_batches asserts max_token_len_per_gpu x sp_size >= the longest sequence at the
+    # first step. The v1 trainer's critic always batches dynamically, with ppo_infer_max_token_len_per_gpu.
+    longest = int(config.data.max_prompt_length) + int(config.data.max_response_length)
+
+    def sp_of(engine) -> int:
+        return int(
+            getattr(engine, "ulysses_sequence_parallel_size", None) or getattr(engine, "context_parallel_size", 1)
         )
-        budgets = {
-            "actor_rollout_ref.actor.ppo_max_token_len_per_gpu": arr.actor.ppo_max_token_len_per_gpu,
-            "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu": arr.rollout.log_prob_max_token_len_per_gpu,
-        }
-        if use_ref:
-            budgets["actor_rollout_ref.ref.log_prob_max_token_len_per_gpu"] = arr.ref.log_prob_max_token_len_per_gpu
-        if critic is not None and critic.use_dynamic_bsz:
-            budgets["critic.ppo_max_token_len_per_gpu"] = critic.ppo_max_token_len_per_gpu
-        for key, budget in budgets.items():
-            if budget is None or int(budget) * int(sp) < longest:
-                raise ValueError(
-                    f"{key}={budget} (x sequence-parallel size {sp}) is below the longest sequence, "
-                    f"data.max_prompt_length + data.max_response_length = {longest}; verl's dynamic batching would "
-                    f"fail at the first step. Set {key} >= {(longest + sp - 1) // sp}."
-                )
+
+    budgets = []
+    if arr.actor.use_dynamic_bsz:
+        budgets.append(("actor_rollout_ref.actor.ppo_max_token_len_per_gpu", arr.actor.ppo_max_token_len_per_gpu,
+                        sp_of(actor.engine)))  # fmt: skip
+        budgets.append(("actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu",
+                        arr.rollout.log_prob_max_token_len_per_gpu, sp_of(actor.engine)))  # fmt: skip
+    if use_ref and arr.ref.get("log_prob_use_dynamic_bsz", arr.actor.use_dynamic_bsz):
+        budgets.append(("actor_rollout_ref.ref.log_prob_max_token_len_per_gpu", arr.ref.log_prob_max_token_len_per_gpu,
+                        sp_of(actor.engine)))  # fmt: skip
+    if critic is not None:
+        budgets.append(("critic.ppo_infer_max_token_len_per_gpu", critic.ppo_infer_max_token_len_per_gpu,
+                        sp_of(critic.engine)))  # fmt: skip
+    for key, budget, sp in budgets:
+        if budget is None or int(budget) * sp < longest:
+            raise ValueError(
+                f"{key}={budget} (x sequence-parallel size {sp}) is below the longest sequence, "
+                f"data.max_prompt_length + data.max_response_length = {longest}; verl's dynamic batching would "
+                f"fail at the first step. Set {key} >= {(longest + sp - 1) // sp}."
+            )
     return warnings
 
 
