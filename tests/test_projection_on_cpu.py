@@ -305,3 +305,17 @@ def test_rows_just_inside_the_ball_in_fp32_still_hold_the_bound_exactly():
     res = project(new32, old32, eps)
     assert bool(res.projected.all())
     assert float(kl(res.logprobs.double(), old32.double()).max()) <= eps
+
+
+def test_autocast_does_not_reach_the_solver():
+    """verl runs a bf16 actor's forward under torch.autocast; CPU autocast lowers vecdot to bf16, which made the
+    solver miss the bound (0.0106 for ε = 0.01 on verl's engine). The core runs with autocast off."""
+    g = torch.Generator().manual_seed(2)
+    old = torch.log_softmax(torch.randn(300, 66, generator=g) * 6, -1)
+    new = torch.log_softmax(torch.log_softmax(old, -1) * 1.3 + torch.randn(300, 66, generator=g) * 2, -1)
+    plain = project(new, old, 0.01)
+    with torch.autocast(device_type="cpu", dtype=torch.bfloat16):
+        under = project(new.clone().requires_grad_(), old, 0.01)
+        under.logprobs.sum().backward()
+    torch.testing.assert_close(under.logprobs, plain.logprobs, atol=0, rtol=0)
+    assert float(under.kl_after.max()) <= 0.01

@@ -181,7 +181,9 @@ class TrollLossFn:
         config = self.config
         solver_iters = self._take(data, "update")
         try:
-            terms = TrollTokenTerms(*(no_padding_2_padding(model_output[f"troll_{f}"], data) for f in TrollTokenTerms._fields))
+            terms = TrollTokenTerms(
+                *(no_padding_2_padding(model_output[f"troll_{f}"], data) for f in TrollTokenTerms._fields)
+            )
         except KeyError as e:
             raise RuntimeError(
                 f"TROLL's per-token terms are missing from the model output ({e}); the engine did not call the "

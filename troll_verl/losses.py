@@ -29,7 +29,7 @@ from verl.trainer.ppo.core_algos import agg_loss
 from verl.utils import torch_functional as verl_F
 
 from .config import TrollPolicyLossConfig, troll_settings
-from .projection import project
+from .projection import full_precision, project
 from .sparse import SparseSupport
 
 __all__ = [
@@ -73,6 +73,7 @@ class TrollTokenTerms(NamedTuple):
         return TrollTokenTerms(*(fn(t) for t in self))
 
 
+@full_precision
 def troll_token_terms(
     support: SparseSupport, cfg: TrollPolicyLossConfig, row_mask: torch.Tensor | None = None
 ) -> tuple[TrollTokenTerms, int]:

@@ -34,13 +34,15 @@ The module is pure torch (no verl import) so that it can move upstream unchanged
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import math
 from typing import NamedTuple
 
 import torch
 from torch.autograd.function import once_differentiable
 
-__all__ = ["ProjectionResult", "project", "compute_dtype", "SOLVERS"]
+__all__ = ["ProjectionResult", "project", "compute_dtype", "full_precision", "SOLVERS"]
 
 SOLVERS = ("newton", "bisection")
 
@@ -160,6 +162,26 @@ def _check_args(new, old, kl_bound, mask, solver, max_iter, tol, eta_max) -> Non
         raise ValueError(f"eta_max must be a finite float > 0, got {eta_max!r}.")
 
 
+def full_precision(fn):
+    """Run ``fn`` with autocast switched off (TROLL's numerical core chooses its own dtypes).
+
+    NOTE: verl runs the forward pass of a bf16-parameter actor under ``torch.autocast``, and CPU autocast lowers
+    reductions such as ``torch.linalg.vecdot`` to bf16. Inside the solver that made KL(π_η ‖ π_old) too coarse to
+    hold the bound (measured on verl's engine: KL 0.0106 against ε = 0.01). Every custom Function of the core and
+    every entry point the engines call is wrapped in this.
+    """
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        with contextlib.ExitStack() as stack:
+            for device_type in ("cpu", "cuda"):
+                if torch.is_autocast_enabled(device_type):
+                    stack.enter_context(torch.autocast(device_type=device_type, enabled=False))
+            return fn(*args, **kwargs)
+
+    return wrapper
+
+
 def compute_dtype(dtype: torch.dtype) -> torch.dtype:
     """The internal compute dtype for an input dtype: fp64 stays fp64, everything else runs in fp32."""
     # NOTE: at least fp32 internally; bf16/fp16 inputs are upcast, fp64 stays fp64 (gradcheck).
@@ -269,7 +291,8 @@ def _solve_newton(moments, kl0, target, w_min, max_iter, tol):
     hi_b = torch.zeros_like(u)  # KL(1) = kl0 > target
     tiny = torch.finfo(kl0.dtype).tiny
     it = 0
-    for it in range(1, max_iter + 1):
+    for _ in range(max_iter):
+        it += 1
         w = torch.exp(u)
         kl, var = moments(w, need_var=True)
         kl = kl.clamp_min(tiny)
@@ -332,6 +355,7 @@ class _KLProjection(torch.autograd.Function):
     """
 
     @staticmethod
+    @full_precision
     def forward(ctx, new, old, mask, kl_bound, solver, max_iter, tol, eta_max):
         lo, s, kl_before, valid, row_ok = _prepare(new, old, mask)
         cdt = lo.dtype
@@ -388,6 +412,7 @@ class _KLProjection(torch.autograd.Function):
 
     @staticmethod
     @once_differentiable
+    @full_precision
     def backward(ctx, grad_out, *_):
         new, old, mask, idx, w_p, bad = ctx.saved_tensors
         if not ctx.needs_input_grad[0]:

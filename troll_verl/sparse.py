@@ -53,7 +53,7 @@ from typing import NamedTuple
 import torch
 from torch.autograd.function import once_differentiable
 
-from .projection import compute_dtype
+from .projection import compute_dtype, full_precision
 
 __all__ = [
     "OldTopK",
@@ -309,6 +309,7 @@ def safe_ids(ids: torch.Tensor, valid: torch.Tensor, sampled: torch.Tensor) -> t
 # the old policy's sparse distribution (old-log-prob pass; no gradient)
 # ----------------------------------------------------------------------------------------------------------
 @torch.no_grad()
+@full_precision
 def old_topk_from_logits(
     logits: torch.Tensor,
     topk: int = 64,
@@ -458,6 +459,7 @@ class _SparseFromLogits(torch.autograd.Function):
     """
 
     @staticmethod
+    @full_precision
     def forward(ctx, logits, rows, old_ids, old_lp, sampled, sampled_old_lp, k, mass_delta, log_floor, step):
         V = logits.shape[1]
         N = logits.shape[0] if rows is None else rows.shape[0]
@@ -473,6 +475,7 @@ class _SparseFromLogits(torch.autograd.Function):
 
     @staticmethod
     @once_differentiable
+    @full_precision
     def backward(ctx, g_new, g_tail, *_):
         logits, rows, *saved = ctx.saved_tensors
         if not ctx.needs_input_grad[0]:
@@ -522,6 +525,7 @@ class _SparseFromHidden(torch.autograd.Function):
     """
 
     @staticmethod
+    @full_precision
     def forward(ctx, hidden, weight, old_ids, old_lp, sampled, sampled_old_lp, k, mass_delta, log_floor, step, inv_t):
         N, V = hidden.shape[0], weight.shape[0]
         cdt = compute_dtype(hidden.dtype)
@@ -536,6 +540,7 @@ class _SparseFromHidden(torch.autograd.Function):
 
     @staticmethod
     @once_differentiable
+    @full_precision
     def backward(ctx, g_new, g_tail, *_):
         hidden, weight, *saved = ctx.saved_tensors
         need_h, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
@@ -554,7 +559,8 @@ class _SparseFromHidden(torch.autograd.Function):
                 grad_w.addmm_(gz.t(), hidden[sl].to(cdt))
 
         sparse_backward(
-            lambda sl, ws: _head_logits(hidden, weight, ctx.inv_t, ws, sl), lambda sl, ws: ws.get("g", sl.stop - sl.start),
+            lambda sl, ws: _head_logits(hidden, weight, ctx.inv_t, ws, sl),
+            lambda sl, ws: ws.get("g", sl.stop - sl.start),
             consume, N, V, ctx.step, saved, g_new, g_tail, ctx.log_floor,
         )  # fmt: skip
         grad_w = grad_w.to(weight.dtype) if need_w else None
@@ -694,7 +700,9 @@ def troll_sparse_from_logits(
         logits, rows, old.ids, old.logprobs, sampled, old_sampled_logprob.detach(), min(topk, V), mass_delta,
         log_floor, step,
     )  # fmt: skip
-    return assemble_support(new, tail, ids, old_u, valid, old, sampled, old_sampled_logprob.detach(), floor, old_estimate)
+    return assemble_support(
+        new, tail, ids, old_u, valid, old, sampled, old_sampled_logprob.detach(), floor, old_estimate
+    )
 
 
 def troll_sparse_from_hidden(
@@ -741,4 +749,6 @@ def troll_sparse_from_hidden(
         hidden, weight, old.ids, old.logprobs, sampled, old_sampled_logprob.detach(), min(topk, V), mass_delta,
         log_floor, step, 1.0 / float(temperature),
     )  # fmt: skip
-    return assemble_support(new, tail, ids, old_u, valid, old, sampled, old_sampled_logprob.detach(), floor, old_estimate)
+    return assemble_support(
+        new, tail, ids, old_u, valid, old, sampled, old_sampled_logprob.detach(), floor, old_estimate
+    )

@@ -49,7 +49,7 @@ from torch.autograd.function import once_differentiable
 from ..config import TrollPolicyLossConfig
 from ..layout import OLD_FIELDS, response_lengths, response_rows, response_values
 from ..losses import troll_token_terms
-from ..projection import compute_dtype
+from ..projection import compute_dtype, full_precision
 from ..sparse import (
     OldTopK,
     SparseSupport,
@@ -166,6 +166,7 @@ class _VocabParallelSparse(torch.autograd.Function):
     """:class:`troll_verl.sparse._SparseFromLogits` for vocab-parallel logits (see the module docstring)."""
 
     @staticmethod
+    @full_precision
     def forward(ctx, logits, rows, old_ids, old_lp, sampled, sampled_old_lp, k, mass_delta, log_floor, step, group):
         vp = logits.shape[1]
         N = logits.shape[0] if rows is None else rows.shape[0]
@@ -185,6 +186,7 @@ class _VocabParallelSparse(torch.autograd.Function):
 
     @staticmethod
     @once_differentiable
+    @full_precision
     def backward(ctx, g_new, g_tail, *_):
         logits, rows, ids, valid, new, tail_raw, sampled, lse = ctx.saved_tensors
         if not ctx.needs_input_grad[0]:
@@ -246,10 +248,13 @@ def vocab_parallel_sparse_from_logits(
         logits, rows, old.ids, old.logprobs, sampled, old_sampled_logprob.detach(), min(topk, vp * world),
         mass_delta, log_floor, step, group,
     )  # fmt: skip
-    return assemble_support(new, tail, ids, old_u, valid, old, sampled, old_sampled_logprob.detach(), floor, old_estimate)
+    return assemble_support(
+        new, tail, ids, old_u, valid, old, sampled, old_sampled_logprob.detach(), floor, old_estimate
+    )
 
 
 @torch.no_grad()
+@full_precision
 def vocab_parallel_old_topk(
     logits: torch.Tensor,
     *,
@@ -354,7 +359,9 @@ def compute_troll_old_topk(
     L, k = logits.shape[0], old.ids.shape[1]
     ids = torch.full((L, k), -1, dtype=torch.int32, device=logits.device).index_copy_(0, local_rows, old.ids)
     lps = torch.zeros((L, k), dtype=old.logprobs.dtype, device=logits.device).index_copy_(0, local_rows, old.logprobs)
-    tail = torch.zeros(L, dtype=torch.float32, device=logits.device).index_copy_(0, local_rows, old.tail_logprob.float())
+    tail = torch.zeros(L, dtype=torch.float32, device=logits.device).index_copy_(
+        0, local_rows, old.tail_logprob.float()
+    )
     return {"troll_old_ids": ids[None], "troll_old_logprobs": lps[None], "troll_old_tail": tail[None]}
 
 
