@@ -181,8 +181,8 @@ def report(results: dict, seeds: list[int], steps: int, target: float, variants=
             )
         if len(means) == 2:
             ratios[variant] = means["troll"] / means["clip"]
-    lines += ["", "Cost, TROLL / clip per seed (median seconds over steps 2+; the trainer worker's peak resident memory); "
-              "share of tokens projected (TROLL) or clipped (clip), mean over steps:", "",
+    lines += ["", "Cost, TROLL / clip per seed (median seconds over steps 2+; the trainer worker's peak resident "
+              "memory); share of tokens projected (TROLL) or clipped (clip), mean over steps:", "",
               "| variant | generation | old-log-prob pass | update | step | worker peak memory | projected (TROLL) "
               "| clipped (clip) |", "|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for variant in variants:
@@ -234,7 +234,9 @@ def plot_curves(out_dir: str, variants: list[str], seeds: list[int], path: str, 
             if curves:
                 n = min(len(c) for c in curves)
                 mean = [statistics.mean(c[i] for c in curves) for i in range(n)]
-                label = ("TROLL" if loss == "troll" else "clip") + ("" if arm_variant == variant else f" ({arm_variant})")
+                label = ("TROLL" if loss == "troll" else "clip") + (
+                    "" if arm_variant == variant else f" ({arm_variant})"
+                )
                 ax.plot(range(1, n + 1), mean, color=colors[loss], lw=2.2, label=label)
         ax.set_title(variant)
         ax.set_xlabel("step")

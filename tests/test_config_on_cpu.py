@@ -36,9 +36,9 @@ def test_defaults_are_the_papers():
     [
         ("kl_bound", 0.0), ("kl_bound", -0.1), ("kl_bound", float("inf")), ("alpha", -1.0), ("topk", 0),
         ("topk", 2.5), ("mass_delta", 0.0), ("mass_delta", 1.0), ("floor", 0.0), ("floor", 2.0),
-        ("tail", "drop"), ("ratio_level", "seq"), ("solver", "brent"), ("old_value_dtype", "int8"), ("old_estimate", "exact"),
-        ("seq_log_ratio_cap", 0.0), ("eta_max", -1.0), ("solver_max_iter", 0), ("solver_tol", 0.0),
-        ("chunk_size", 0),
+        ("tail", "drop"), ("ratio_level", "seq"), ("solver", "brent"), ("old_value_dtype", "int8"),
+        ("old_estimate", "exact"), ("seq_log_ratio_cap", 0.0), ("eta_max", -1.0), ("solver_max_iter", 0),
+        ("solver_tol", 0.0), ("chunk_size", 0),
     ],
 )  # fmt: skip
 def test_invalid_values_name_the_field(field, value):
@@ -66,9 +66,3 @@ def test_troll_settings_from_plain_policy_loss_uses_defaults():
     custom = TrollPolicyLossConfig(kl_bound=0.2)
     actor = FSDPActorConfig(strategy="fsdp2", rollout_n=1, ppo_micro_batch_size_per_gpu=1, policy_loss=custom)
     assert troll_settings(actor) is custom
-
-
-def test_fields_are_frozen():
-    cfg = TrollPolicyLossConfig()
-    with pytest.raises(Exception, match="frozen"):
-        cfg.kl_bound = 0.1

@@ -172,8 +172,9 @@ def _wait_until(predicate, timeout_s: float, poll_s: float = 1.0) -> bool:
 
 
 def _quickstart_cmd(assets, out_dir) -> list[str]:
-    return [sys.executable, "-m", "troll_verl.quickstart", "--steps", "200", "--cache-dir", os.path.dirname(assets.root),
-            "--out-dir", str(out_dir), "--", "trainer.test_freq=-1", "trainer.val_before_train=False"]  # fmt: skip
+    return [sys.executable, "-m", "troll_verl.quickstart", "--steps", "200",
+            "--cache-dir", os.path.dirname(assets.root), "--out-dir", str(out_dir),
+            "--", "trainer.test_freq=-1", "trainer.val_before_train=False"]  # fmt: skip
 
 
 @pytest.mark.timeout(RUN_TIMEOUT_S)

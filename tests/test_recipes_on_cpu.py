@@ -39,6 +39,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 RECIPE = REPO / "recipe" / "troll"
 PAPER_YAML = RECIPE / "config" / "troll_recipe" / "paper.yaml"
+PAPER = yaml.safe_load(PAPER_YAML.read_text())
 SWEEP = RECIPE / "sweep.sh"
 RUN_SCRIPTS = sorted(RECIPE.glob("run_*.sh"))
 SMALL, FSDP_8B, MEGATRON_8B = (RECIPE / f"run_qwen3_{m}.sh" for m in ("0.6b_fsdp", "8b_fsdp", "8b_megatron"))
@@ -111,19 +112,19 @@ def _check_cell(summary: dict, script: Path, dataset: str, variant: str, loss_mo
         "variant": variant,
         "adv_estimator": "gae" if variant == "ppo" else "grpo",
         "loss_agg_mode": AGG_MODE[variant],
-        # TROLL §8: n = 8, 256 prompts, mini-batch 32, lr 1e-6, no KL-to-reference, no entropy bonus, ~300 steps
-        "rollout_n": 8,
-        "train_batch_size": 256,
-        "ppo_mini_batch_size": 32,
-        "lr": 1e-6,
-        "use_kl_loss": False,
-        "use_kl_in_reward": False,
-        "reference_model": False,
-        "entropy_coeff": 0,
-        "temperature": 1.0,
-        "total_training_steps": 300,
-        "rollout": "vllm",
-        "reward_function": "pkg://troll_verl.rewards:compute_score",
+        # paper.yaml's settings reach the run (read from the yaml, not restated here)
+        "rollout_n": PAPER["actor_rollout_ref"]["rollout"]["n"],
+        "train_batch_size": PAPER["data"]["train_batch_size"],
+        "ppo_mini_batch_size": PAPER["actor_rollout_ref"]["actor"]["ppo_mini_batch_size"],
+        "lr": PAPER["actor_rollout_ref"]["actor"]["optim"]["lr"],
+        "use_kl_loss": PAPER["actor_rollout_ref"]["actor"]["use_kl_loss"],
+        "use_kl_in_reward": PAPER["algorithm"]["use_kl_in_reward"],
+        "reference_model": PAPER["actor_rollout_ref"]["actor"]["use_kl_loss"] or PAPER["algorithm"]["use_kl_in_reward"],
+        "entropy_coeff": PAPER["actor_rollout_ref"]["actor"]["entropy_coeff"],
+        "temperature": PAPER["actor_rollout_ref"]["rollout"]["temperature"],
+        "total_training_steps": PAPER["trainer"]["total_training_steps"],
+        "rollout": PAPER["actor_rollout_ref"]["rollout"]["name"],
+        "reward_function": "{path}:{name}".format(**PAPER["reward"]["custom_reward_function"]),
         "max_prompt_length": prompt,
         "max_response_length": response,
         "use_dynamic_bsz": True,
@@ -153,8 +154,10 @@ def _check_cell(summary: dict, script: Path, dataset: str, variant: str, loss_mo
         assert "clip_ratio_low" not in summary
     elif variant == "gspo":  # verl's GSPO loss with its own clip range
         expected.update(loss_mode="gspo", clip_ratio_low=3e-4, clip_ratio_high=4e-4)
-    else:  # the clip baseline: ratio clip 0.2, dual-clip c = 10 (TROLL §7)
-        expected.update(loss_mode="vanilla", clip_ratio_low=0.2, clip_ratio_high=0.2, clip_ratio_c=10.0)
+    else:  # the clip baseline: paper.yaml's ratio clip and dual-clip
+        actor = PAPER["actor_rollout_ref"]["actor"]
+        expected.update(loss_mode="vanilla", clip_ratio_low=actor["clip_ratio_low"],
+                        clip_ratio_high=actor["clip_ratio_high"], clip_ratio_c=actor["clip_ratio_c"])  # fmt: skip
     if loss_mode == "vanilla":
         assert "kl_bound" not in summary and "ratio_level" not in summary
     actual = {key: summary.get(key, "<missing>") for key in expected}

@@ -52,7 +52,8 @@ def test_guard_refuses_what_would_hang_naming_the_setting():
     with pytest.raises(RayResourceError, match=r"ray_kwargs.ray_init.num_cpus=4 is below the 5 .*num_cpus=5"):
         apply_ray_resources(compose_config("m", *_CPU_RUN, "ray_kwargs.ray_init.num_cpus=4"))
     with pytest.raises(RayResourceError, match=r"num_gpus=1.*\+\+ray_kwargs.ray_init.num_gpus=2"):
-        apply_ray_resources(compose_config("m", *_CPU_RUN, "trainer.n_gpus_per_node=2", "ray_kwargs.ray_init.num_cpus=8",
+        apply_ray_resources(compose_config("m", *_CPU_RUN, "trainer.n_gpus_per_node=2",
+                                           "ray_kwargs.ray_init.num_cpus=8",
                                            "+ray_kwargs.ray_init.num_gpus=1"))  # fmt: skip
     apply_ray_resources(compose_config("m", *_CPU_RUN, "ray_kwargs.ray_init.num_cpus=5"))  # enough: no error
 

@@ -30,8 +30,7 @@ import uuid
 import psutil
 import pytest
 
-from troll_verl.rewards import Reason, compute_score
-from troll_verl.rewards import sandbox
+from troll_verl.rewards import Reason, compute_score, sandbox
 
 STDIN_TESTS = json.dumps({"inputs": ["1 2\n", "3 4\n", "10 -2\n"], "outputs": ["3\n", "7\n", "8\n"]})
 LIMITS = {"code_timeout_s": 2, "code_total_timeout_s": 15, "memory_limit_mb": 512}

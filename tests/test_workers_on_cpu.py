@@ -121,7 +121,9 @@ def _capture_grads_before_step(worker) -> dict:
 def test_update_loss_and_gradients_match_core_loss_from_full_logits(model_dir, remove_padding):
     """verl's engine + TROLL's hook and closure == the core loss on plain transformers logits (loss and grads)."""
     cfg = compose_config(
-        model_dir, "actor_rollout_ref.actor.optim.lr=0.0", f"actor_rollout_ref.model.use_remove_padding={remove_padding}"
+        model_dir,
+        "actor_rollout_ref.actor.optim.lr=0.0",
+        f"actor_rollout_ref.model.use_remove_padding={remove_padding}",
     )
     worker = make_actor_worker(cfg)
     batch = make_batch(VOCAB, PROMPTS, RESPONSES, seed=3)

