@@ -20,7 +20,6 @@ One process, one run, identical inputs. A step is: LM head (``hidden @ W.T``), t
   baseline the ratios are taken against.
 - ``clip-verl``: the same loss with verl's own ``logprobs_from_logits`` (what verl runs on this device).
 - ``troll``: :func:`troll_sparse_from_logits` + :func:`compute_policy_loss_troll` (paper defaults).
-- ``troll-fused``: :func:`troll_sparse_from_hidden` (no logits tensor; recomputes the head in backward).
 
 Correctness is checked before anything is timed. Every ratio is TROLL over clip measured in this run.
 The last line of output is a JSON object (``time_ratio_fp32`` ... ``solver_time_ratio``).
@@ -47,7 +46,7 @@ from verl.workers.config import FSDPActorConfig
 from troll_verl.config import TrollPolicyLossConfig
 from troll_verl.losses import compute_policy_loss_troll
 from troll_verl.projection import project
-from troll_verl.sparse import old_topk_from_logits, troll_sparse_from_hidden, troll_sparse_from_logits
+from troll_verl.sparse import old_topk_from_logits, troll_sparse_from_logits
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
@@ -161,14 +160,6 @@ def step_troll(x, cfg):
     return loss
 
 
-def step_troll_fused(x, cfg):
-    sup = troll_sparse_from_hidden(x["hidden"], x["weight"], x["sampled"], x["old"], x["old_lp"])
-    loss, _ = compute_policy_loss_troll(
-        x["old_lp"][None, :], None, x["adv"], x["mask"], "token-mean", cfg, support=sup.reshape(1, -1)
-    )
-    return loss
-
-
 def run_step(fn, x, *args):
     x["hidden"].grad = None
     x["weight"].grad = None
@@ -186,7 +177,7 @@ def grads(x):
 # ---------------------------------------------------------------------------------------------------------
 def check_correctness(x, dtype):
     """TROLL with an unbounded trust region is the unclipped ratio objective: it must equal clip with no clipping;
-    the fused and logits paths must agree; the trust region must hold."""
+    the trust region must hold."""
     free_troll = actor_config(TrollPolicyLossConfig(kl_bound=1e9))
     free_clip = actor_config(TrollPolicyLossConfig(loss_mode="vanilla"), clip_ratio=1e9, clip_ratio_c=1e10)
     tol = dict(atol=1e-5, rtol=1e-4) if dtype == torch.float32 else dict(atol=2e-2, rtol=5e-2)
@@ -201,11 +192,6 @@ def check_correctness(x, dtype):
     l1 = run_step(step_troll, x, cfg)
     g1 = grads(x)
     metrics = step_troll.metrics
-    l2 = run_step(step_troll_fused, x, cfg)
-    g2 = grads(x)
-    torch.testing.assert_close(l1, l2, **tol)
-    for a, b in zip(g1, g2, strict=True):
-        torch.testing.assert_close(a, b, **tol)
     assert math.isfinite(l1.item()) and all(torch.isfinite(g).all() for g in g1)
     assert metrics["troll/bound_violation_max"] == 0.0, metrics
     return metrics
@@ -259,7 +245,6 @@ def bench_loss(args, dtype_name, device):
         "clip": (step_clip, (clip_cfg, naive_logprobs)),
         "clip-verl": (step_clip, (clip_cfg, logprobs_from_logits)),
         "troll": (step_troll, (troll_cfg,)),
-        "troll-fused": (step_troll_fused, (troll_cfg,)),
     }
     if args.skip_verl_baseline:
         variants.pop("clip-verl")
@@ -348,8 +333,6 @@ def main(argv=None):
         res, metrics = bench_loss(args, name, device)
         summary[f"time_ratio_{name}"] = round(res["troll"]["time_ratio"], 4)
         summary[f"mem_ratio_{name}"] = round(res["troll"]["mem_ratio"], 4)
-        summary[f"time_ratio_fused_{name}"] = round(res["troll-fused"]["time_ratio"], 4)
-        summary[f"mem_ratio_fused_{name}"] = round(res["troll-fused"]["mem_ratio"], 4)
         if "clip-verl" in res:
             summary[f"time_ratio_vs_verl_{name}"] = round(res["troll"]["time_ratio_vs_verl"], 4)
             summary[f"mem_ratio_vs_verl_{name}"] = round(res["troll"]["mem_ratio_vs_verl"], 4)

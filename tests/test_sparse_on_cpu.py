@@ -24,7 +24,6 @@ from troll_verl.sparse import (
     OldTopK,
     mass_rule_mask,
     old_topk_from_logits,
-    troll_sparse_from_hidden,
     troll_sparse_from_logits,
 )
 
@@ -112,34 +111,6 @@ def test_gradcheck_logits_path(chunk_size):
     assert torch.autograd.gradcheck(fn, (z,))
 
 
-def test_gradcheck_fused_hidden_path_and_equality_with_logits_path():
-    g = torch.Generator().manual_seed(1)
-    N, V, H, T = 9, 40, 6, 0.7
-    h = torch.randn(N, H, generator=g, dtype=torch.float64, requires_grad=True)
-    W = torch.randn(V, H, generator=g, dtype=torch.float64, requires_grad=True)
-    z_old = (h @ W.t()).detach() / T + 0.3 * torch.randn(N, V, generator=g, dtype=torch.float64)
-    sampled = torch.multinomial(torch.softmax(z_old, -1), 1, generator=g).squeeze(1)
-    old = old_topk_from_logits(z_old, topk=6, mass_delta=1e-3, value_dtype=torch.float64)
-    old_sampled = torch.log_softmax(z_old, -1).gather(1, sampled[:, None]).squeeze(1)
-    kw = dict(topk=6, mass_delta=1e-3)
-
-    def fused(h, W):
-        sup = troll_sparse_from_hidden(h, W, sampled, old, old_sampled, temperature=T, chunk_size=4, **kw)
-        return sup.new_logprobs.masked_fill(~sup.mask, 0.0)
-
-    def plain(h, W):
-        sup = troll_sparse_from_logits(h @ W.t() / T, sampled, old, old_sampled, chunk_size=2, **kw)
-        return sup.new_logprobs.masked_fill(~sup.mask, 0.0)
-
-    assert torch.autograd.gradcheck(fused, (h, W))
-    torch.testing.assert_close(fused(h, W), plain(h, W))
-    v = torch.randn(N, fused(h, W).shape[1], generator=g, dtype=torch.float64)
-    ga = torch.autograd.grad((fused(h, W) * v).sum(), (h, W))
-    gb = torch.autograd.grad((plain(h, W) * v).sum(), (h, W))
-    for a, b in zip(ga, gb, strict=True):
-        torch.testing.assert_close(a, b)
-
-
 def test_results_do_not_depend_on_chunk_size():
     z, _, sampled, old, old_sampled = _setup(N=33, V=200, K=16, delta=1e-5, dtype=torch.float32)
     outs = [troll_sparse_from_logits(z, sampled, old, old_sampled, topk=16, chunk_size=c) for c in (1, 5, 64)]
@@ -181,15 +152,6 @@ def test_saves_no_extra_vocab_sized_buffer():
     assert sum(t.numel() for t in saved if t.data_ptr() != z.data_ptr()) <= 8 * N * (2 * K + 2)
     sup.new_logprobs.sum().backward()
     assert z.grad.shape == z.shape
-
-    H = 8
-    h = torch.randn(N, H, requires_grad=True)
-    W = torch.randn(V, H, requires_grad=True)
-    saved.clear()
-    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
-        troll_sparse_from_hidden(h, W, sampled, old, old_sampled, topk=K)
-    owned = [t for t in saved if t.data_ptr() not in (h.data_ptr(), W.data_ptr())]
-    assert sum(t.numel() for t in owned) <= 8 * N * (2 * K + 2)
 
 
 def test_low_precision_logits_and_old_values():
@@ -233,8 +195,6 @@ def test_invalid_shapes():
         troll_sparse_from_logits(z, sampled, OldTopK(old.ids[:2], old.logprobs[:2], old.tail_logprob), old_sampled)
     with pytest.raises(ValueError, match=r"\(N, V\)"):
         troll_sparse_from_logits(z[None], sampled, old, old_sampled)
-    with pytest.raises(ValueError, match="same H"):
-        troll_sparse_from_hidden(torch.zeros(3, 4), torch.zeros(20, 5), sampled, old, old_sampled)
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16])

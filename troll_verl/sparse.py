@@ -41,8 +41,12 @@ Memory (the reason for the custom Functions): the forward pass streams over toke
 ``(N, V)`` logits, computing a fused softmax into one reused chunk buffer, the log-sum-exp, the top-K and the
 gathers; it saves only the logits tensor it was given (no log-softmax copy) plus ``O(N·S)`` small tensors. The
 backward pass writes ``∂L/∂z = softmax(z) · c_row + sparse corrections`` chunk by chunk straight into the
-gradient buffer. The fused variant :func:`troll_sparse_from_hidden` never materialises the logits at all (it
-recomputes the LM head per chunk in backward).
+gradient buffer.
+
+NOTE: there is no fused-LM-head variant (hidden states and head weight in, logits never materialised). One existed
+and saved memory at long micro-batches, but verl 0.9.1's ``use_fused_kernels`` path hands a loss no hidden states
+without patching the model's forward, and smaller micro-batches save the same memory at no extra time on the lean
+path (``docs/benchmarks.md``, review finding 6).
 """
 
 from __future__ import annotations
@@ -60,7 +64,6 @@ __all__ = [
     "SparseSupport",
     "old_topk_from_logits",
     "troll_sparse_from_logits",
-    "troll_sparse_from_hidden",
     "mass_rule_mask",
     "DEFAULT_CHUNK_BYTES",
     "OLD_ESTIMATES",
@@ -506,67 +509,6 @@ class _SparseFromLogits(torch.autograd.Function):
         return grad, None, None, None, None, None, None, None, None, None
 
 
-def _head_logits(hidden, weight, inv_t, ws, sl):
-    """``(hidden[sl] @ weight.T) / T`` for one chunk, in the workspace's compute dtype."""
-    out = ws.get("z", sl.stop - sl.start)
-    if weight.dtype == out.dtype:
-        torch.mm(hidden[sl], weight.t(), out=out)
-    else:
-        out.copy_(hidden[sl] @ weight.t())
-    return out.mul_(inv_t) if inv_t != 1.0 else out
-
-
-class _SparseFromHidden(torch.autograd.Function):
-    """Fused LM head + :class:`_SparseFromLogits`: logits exist one chunk at a time, forward and backward.
-
-    z = (h Wᵀ) / T per chunk. Backward recomputes the chunk's logits, forms ∂L/∂z exactly as in
-    :class:`_SparseFromLogits` and contracts it at once: ∂L/∂h = (∂L/∂z) W / T, ∂L/∂W += (∂L/∂z)ᵀ h / T.
-    It costs one extra LM-head matmul in backward and saves no ``(N, V)`` buffer.
-    """
-
-    @staticmethod
-    @full_precision
-    def forward(ctx, hidden, weight, old_ids, old_lp, sampled, sampled_old_lp, k, mass_delta, log_floor, step, inv_t):
-        N, V = hidden.shape[0], weight.shape[0]
-        cdt = compute_dtype(hidden.dtype)
-        ids, old, valid, new, tail_raw = sparse_forward(
-            lambda r0, r1, ws: _head_logits(hidden, weight, inv_t, ws, slice(r0, r1)), N, V, k, mass_delta,
-            log_floor, old_ids, old_lp, sampled, sampled_old_lp, step, cdt,
-        )  # fmt: skip
-        ctx.save_for_backward(hidden, weight, ids, valid, new, tail_raw, sampled)
-        ctx.log_floor, ctx.step, ctx.inv_t = log_floor, step, inv_t
-        ctx.mark_non_differentiable(ids, old, valid)
-        return new, tail_raw.clamp_min(log_floor), ids, old, valid
-
-    @staticmethod
-    @once_differentiable
-    @full_precision
-    def backward(ctx, g_new, g_tail, *_):
-        hidden, weight, *saved = ctx.saved_tensors
-        need_h, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
-        N, V = hidden.shape[0], weight.shape[0]
-        cdt = compute_dtype(hidden.dtype)
-        grad_h = torch.empty_like(hidden) if need_h else None
-        # NOTE: ∂L/∂W is accumulated in (at least) fp32 across chunks; bf16 accumulation would lose precision.
-        grad_w = torch.zeros(weight.shape, dtype=cdt, device=weight.device) if need_w else None
-
-        def consume(sl, gz):
-            if ctx.inv_t != 1.0:
-                gz.mul_(ctx.inv_t)
-            if need_h:
-                grad_h[sl] = gz.to(weight.dtype) @ weight
-            if need_w:
-                grad_w.addmm_(gz.t(), hidden[sl].to(cdt))
-
-        sparse_backward(
-            lambda sl, ws: _head_logits(hidden, weight, ctx.inv_t, ws, sl),
-            lambda sl, ws: ws.get("g", sl.stop - sl.start),
-            consume, N, V, ctx.step, saved, g_new, g_tail, ctx.log_floor,
-        )  # fmt: skip
-        grad_w = grad_w.to(weight.dtype) if need_w else None
-        return grad_h, grad_w, None, None, None, None, None, None, None, None, None
-
-
 OLD_ESTIMATES = ("floor", "upper", "proportional")
 
 
@@ -699,55 +641,6 @@ def troll_sparse_from_logits(
     new, tail, ids, old_u, valid = _SparseFromLogits.apply(
         logits, rows, old.ids, old.logprobs, sampled, old_sampled_logprob.detach(), min(topk, V), mass_delta,
         log_floor, step,
-    )  # fmt: skip
-    return assemble_support(
-        new, tail, ids, old_u, valid, old, sampled, old_sampled_logprob.detach(), floor, old_estimate
-    )
-
-
-def troll_sparse_from_hidden(
-    hidden: torch.Tensor,
-    weight: torch.Tensor,
-    sampled_ids: torch.Tensor,
-    old: OldTopK,
-    old_sampled_logprob: torch.Tensor,
-    *,
-    temperature: float = 1.0,
-    topk: int = 64,
-    mass_delta: float = 1e-5,
-    floor: float = 1e-12,
-    chunk_size: int | None = None,
-    old_estimate: str = "floor",
-) -> SparseSupport:
-    """Like :func:`troll_sparse_from_logits`, but from hidden states and the LM-head weight (fused head).
-
-    Args:
-        hidden: ``(N, H)`` final hidden states. weight: ``(V, H)`` LM-head weight (no bias), same dtype.
-        temperature: logits are ``hidden @ weight.T / temperature``.
-        Other arguments as in :func:`troll_sparse_from_logits`.
-
-    Returns:
-        :class:`SparseSupport`; gradients flow to ``hidden`` and ``weight``.
-    """
-    if hidden.dim() != 2 or weight.dim() != 2 or hidden.shape[1] != weight.shape[1]:
-        raise ValueError(
-            f"hidden must be (N, H) and weight (V, H) with the same H, got {tuple(hidden.shape)} and "
-            f"{tuple(weight.shape)}."
-        )
-    if hidden.dtype != weight.dtype or not hidden.is_floating_point():
-        raise ValueError(f"hidden and weight must share one floating dtype, got {hidden.dtype} and {weight.dtype}.")
-    if not (isinstance(temperature, (int, float)) and temperature > 0):
-        raise ValueError(f"temperature must be > 0, got {temperature!r}.")
-    check_support_args(topk, mass_delta, floor)
-    check_old_estimate(old_estimate)
-    N, V = hidden.shape[0], weight.shape[0]
-    sampled = sampled_ids.long()
-    check_sparse_inputs(N, sampled, old, old_sampled_logprob)
-    log_floor = math.log(floor)
-    step = chunk_rows(N, V, chunk_size)
-    new, tail, ids, old_u, valid = _SparseFromHidden.apply(
-        hidden, weight, old.ids, old.logprobs, sampled, old_sampled_logprob.detach(), min(topk, V), mass_delta,
-        log_floor, step, 1.0 / float(temperature),
     )  # fmt: skip
     return assemble_support(
         new, tail, ids, old_u, valid, old, sampled, old_sampled_logprob.detach(), floor, old_estimate
