@@ -101,8 +101,8 @@ def test_clip_baseline_through_the_quickstart_cli(assets, tmp_path):
     out_dir = tmp_path / "qs"
     env = {**os.environ, "TROLL_VERL_CACHE": os.path.dirname(assets.root), **_TAG}
     proc = subprocess.run(
-        [sys.executable, "-m", "troll_verl.quickstart", "--steps", "2", "--loss-mode", "vanilla", "--out-dir",
-         str(out_dir), "--timeout", str(RUN_TIMEOUT_S), "--", "trainer.test_freq=-1"],
+        [sys.executable, "-m", "troll_verl.quickstart", "--model", "tiny", "--steps", "2", "--loss-mode", "vanilla",
+         "--out-dir", str(out_dir), "--timeout", str(RUN_TIMEOUT_S), "--", "trainer.test_freq=-1"],
         capture_output=True, text=True, env=env, timeout=RUN_TIMEOUT_S + 30,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -172,7 +172,7 @@ def _wait_until(predicate, timeout_s: float, poll_s: float = 1.0) -> bool:
 
 
 def _quickstart_cmd(assets, out_dir) -> list[str]:
-    return [sys.executable, "-m", "troll_verl.quickstart", "--steps", "200",
+    return [sys.executable, "-m", "troll_verl.quickstart", "--model", "tiny", "--steps", "200",
             "--cache-dir", os.path.dirname(assets.root), "--out-dir", str(out_dir),
             "--", "trainer.test_freq=-1", "trainer.val_before_train=False"]  # fmt: skip
 

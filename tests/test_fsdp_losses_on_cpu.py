@@ -93,6 +93,7 @@ def _run_sp(world, model_dir):
                 p.kill()
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_ulysses_sp2_equals_sp1():
     """Ulysses SP=2 (gloo, 2 processes) stores the same old top-K and yields the same loss and gradients as SP=1.

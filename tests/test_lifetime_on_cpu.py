@@ -48,6 +48,7 @@ def _wait_for(predicate, timeout_s: float) -> bool:
     return predicate()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
 def test_watchdog_stops_the_tagged_tree_when_the_launcher_dies(sig):
     tag = new_run_tag()
@@ -63,6 +64,7 @@ def test_watchdog_stops_the_tagged_tree_when_the_launcher_dies(sig):
         stop_tagged(tag, grace_s=1)
 
 
+@pytest.mark.slow
 def test_stop_tagged_ends_processes_that_ignore_sigterm():
     tag = new_run_tag()
     code = (

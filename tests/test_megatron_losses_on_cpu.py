@@ -70,6 +70,7 @@ def _tp_rank(rank, world):
     return [to_np(t) for t in old], [to_np(t) for t in sup], to_np(z_local.grad)
 
 
+@pytest.mark.slow
 def test_vocab_parallel_primitives_tp2_equal_single_rank():
     ref_old, ref_sup, ref_grad = _single_rank()
     results = run_distributed(_tp_rank, 2)
@@ -160,6 +161,7 @@ def _megatron_rank(rank, world, tp, cp):
     }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("tp, cp", [(2, 1), (1, 2)])
 def test_engine_functions_tp_cp_equal_single_rank(tp, cp):
     pytest.importorskip("megatron.core")

@@ -26,6 +26,8 @@ from verl.utils import tensordict_utils as tu
 
 from troll_verl.workers import TrollActorRolloutRefWorker
 
+pytestmark = pytest.mark.slow  # starts Ray
+
 
 @pytest.fixture(scope="module")
 def ray_cpu():

@@ -365,6 +365,7 @@ def small_grid(workdir, data_dir) -> tuple[subprocess.CompletedProcess, dict[str
     return proc, _summaries(proc.stdout)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dataset, variant, loss_mode", CELLS, ids=["-".join(c) for c in CELLS])
 def test_small_model_grid_cell(small_grid, data_dir, dataset, variant, loss_mode):
     _, summaries = small_grid
@@ -372,6 +373,7 @@ def test_small_model_grid_cell(small_grid, data_dir, dataset, variant, loss_mode
     _check_cell(summary, SMALL, dataset, variant, loss_mode, data_dir)
 
 
+@pytest.mark.slow
 def test_sweep_prints_every_cell_in_order(small_grid):
     proc, summaries = small_grid
     printed = re.findall(r"^\[sweep\] cell (\d+)/32: DATASET=(\w+) VARIANT=(\w+) LOSS_MODE=(\w+)", proc.stdout, re.M)
@@ -381,6 +383,7 @@ def test_sweep_prints_every_cell_in_order(small_grid):
     assert "[sweep] all 32 cells succeeded" in proc.stdout
 
 
+@pytest.mark.slow
 def test_sweep_continues_after_failures_and_reports_them(tmp_path, data_dir):
     """ON_FAILURE=continue (default): a knob failing in bash and a config failing in the dry run are both reported."""
     knobs = dict(
@@ -401,6 +404,7 @@ def test_sweep_continues_after_failures_and_reports_them(tmp_path, data_dir):
     assert list(_summaries(proc.stdout)) == ["qwen3_0.6b-gsm8k-gspo-troll"]
 
 
+@pytest.mark.slow
 def test_sweep_stops_at_the_first_failure_unbatched(tmp_path, data_dir):
     """ON_FAILURE=stop with DRY_RUN_BATCH=0: each cell is its own TROLL_DRY_RUN=1 process; the first failure ends it."""
     knobs = dict(
@@ -414,6 +418,7 @@ def test_sweep_stops_at_the_first_failure_unbatched(tmp_path, data_dir):
     assert "[sweep] ON_FAILURE=stop: stopping after 1 of 2 cells" in proc.stderr
 
 
+@pytest.mark.slow
 def test_sweep_real_runs_launch_each_cell_with_passthrough(tmp_path, data_dir):
     """DRY_RUN=0: each cell launches its script's command (PYTHON=echo stands in for the interpreter)."""
     knobs = dict(PYTHON="echo", SCRIPT=MEGATRON_8B.name, VARIANTS="ppo", DATASETS="gsm8k", LOSS_MODES="troll vanilla")
@@ -426,6 +431,7 @@ def test_sweep_real_runs_launch_each_cell_with_passthrough(tmp_path, data_dir):
     assert "[sweep] all 2 cells succeeded" in proc.stdout
 
 
+@pytest.mark.slow
 def test_sweep_real_runs_continue_after_a_failed_cell(tmp_path, data_dir):
     knobs = dict(PYTHON="false", VARIANTS="grpo", DATASETS="gsm8k eurus_code", LOSS_MODES="troll")
     proc = _run(["bash", str(SWEEP)], _env(data_dir, **knobs), tmp_path)
@@ -471,6 +477,7 @@ def big_scripts(workdir, data_dir) -> tuple[subprocess.CompletedProcess, dict[st
     return proc, _summaries(proc.stdout), records
 
 
+@pytest.mark.slow
 def test_big_scripts_batch_fails_exactly_the_invalid_records(big_scripts):
     proc, summaries, _ = big_scripts
     assert proc.returncode == 1, _tail(proc)
@@ -481,6 +488,7 @@ def test_big_scripts_batch_fails_exactly_the_invalid_records(big_scripts):
     assert len(summaries) == n - 2
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "script, variant, loss_mode",
     [(s, v, m) for s in SUBSETS for v, m in itertools.product(VARIANTS, LOSS_MODES)],
@@ -502,6 +510,7 @@ def test_big_script_cell(big_scripts, data_dir, script, variant, loss_mode):
         assert summary["actor_parallel"]["ulysses_sequence_parallel_size"] == 1
 
 
+@pytest.mark.slow
 def test_fsdp_8b_knobs(big_scripts):
     summary = big_scripts[1]["fsdp-sp2-no-offload"]
     assert summary["actor_parallel"]["ulysses_sequence_parallel_size"] == 2
@@ -510,6 +519,7 @@ def test_fsdp_8b_knobs(big_scripts):
     assert summary["critic"] == "fsdp2"
 
 
+@pytest.mark.slow
 def test_megatron_8b_knobs(big_scripts):
     _, summaries, records = big_scripts
     summary = summaries["megatron-tp4-pp2-vpp2-cp2"]
