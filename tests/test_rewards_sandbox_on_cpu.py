@@ -161,3 +161,49 @@ def test_fallback_without_bubblewrap_warns_once(monkeypatch, caplog):
             sandbox.sandbox_argv(["true"], "/tmp")
     finally:
         sandbox._probe.cache_clear()
+
+
+def test_paths_kept_under_tmp_are_resolved_existing_and_outermost(tmp_path):
+    root = tmp_path / "tmp"
+    (root / "clone" / ".venv" / "lib").mkdir(parents=True)
+    (root / "other").mkdir()
+    (tmp_path / "outside").mkdir()
+    (root / "link").symlink_to(root / "other")
+    keep = sandbox.tmp_paths_to_keep(
+        [str(root / "clone"), str(root / "clone" / ".venv" / "lib"), str(root / "link"), str(root / "missing"),
+         str(tmp_path / "outside"), str(root), ""],
+        tmp=str(root),
+    )  # fmt: skip
+    assert keep == [str(root / "clone"), str(root / "other")]
+
+
+def test_code_living_under_tmp_stays_visible_read_only(monkeypatch):
+    """A checkout or environment in /tmp (a CI clone) must not vanish behind the sandbox's empty /tmp: a module on an
+    import path under /tmp imports inside the sandbox, while the rest of /tmp stays hidden and nothing is writable."""
+    import subprocess
+    import sys
+    import tempfile
+
+    with tempfile.TemporaryDirectory(dir="/tmp") as code_dir, tempfile.TemporaryDirectory(dir="/tmp") as secret_dir:
+        with open(os.path.join(code_dir, "visible_mod.py"), "w") as f:
+            f.write("VALUE = 7\n")
+        with open(os.path.join(secret_dir, "secret.txt"), "w") as f:
+            f.write("hidden")
+        monkeypatch.setattr(sys, "path", [*sys.path, code_dir])
+        sandbox._runner_paths.cache_clear()
+        try:
+            with tempfile.TemporaryDirectory() as workdir:
+                probe = (
+                    "import os, visible_mod\n"
+                    f"assert not os.path.exists({os.path.join(secret_dir, 'secret.txt')!r})\n"
+                    "try:\n"
+                    f"    open({os.path.join(code_dir, 'x')!r}, 'w')\n"
+                    "except OSError:\n"
+                    "    print('ro', visible_mod.VALUE)\n"
+                )
+                argv = sandbox.sandbox_argv([sys.executable, "-c", probe], workdir)
+                env = {**os.environ, "PYTHONPATH": code_dir}
+                out = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=60)
+        finally:
+            sandbox._runner_paths.cache_clear()
+    assert out.returncode == 0 and out.stdout.strip() == "ro 7", out.stderr[-2000:]

@@ -16,7 +16,8 @@
 :func:`sandbox_argv` wraps the code runner's command so that the candidate program runs
 
 - on a **read-only** view of the whole file system (``--ro-bind / /``), with a private ``/dev``, ``/proc`` and a
-  read-only, empty ``/tmp``; the only writable place is its own work directory;
+  read-only, empty ``/tmp`` (except, read-only, the Python environment and code the runner needs when they live
+  under ``/tmp``: :func:`tmp_paths_to_keep`); the only writable place is its own work directory;
 - with **no network** (its own, empty network namespace: even 127.0.0.1 is unreachable) and its own IPC, UTS and
   cgroup namespaces;
 - in its **own PID namespace**, so every process it starts (a daemon, a fork bomb) dies with it: when the runner
@@ -38,10 +39,11 @@ import logging
 import os
 import shutil
 import subprocess
+import sys
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["SANDBOX_ENV", "SandboxUnavailable", "sandbox_available", "sandbox_argv"]
+__all__ = ["SANDBOX_ENV", "SandboxUnavailable", "sandbox_available", "sandbox_argv", "tmp_paths_to_keep"]
 
 SANDBOX_ENV = "TROLL_CODE_SANDBOX"  # auto (default) | require | off
 _warned = False
@@ -51,13 +53,41 @@ class SandboxUnavailable(RuntimeError):
     """``TROLL_CODE_SANDBOX=require`` but bubblewrap cannot run here."""
 
 
+def tmp_paths_to_keep(candidates: list[str], tmp: str = "/tmp") -> list[str]:
+    """The directories among ``candidates`` that lie under ``tmp`` (resolved, existing, none inside another).
+
+    The sandbox hides ``/tmp`` behind an empty tmpfs; a Python environment or checkout that lives there (a CI clone in
+    ``/tmp``) must stay visible, read-only, or the runner cannot even start its interpreter.
+    """
+    root = os.path.realpath(tmp)
+    found = set()
+    for path in candidates:
+        if not path:
+            continue
+        real = os.path.realpath(path)
+        if real != root and real.startswith(root + os.sep) and os.path.isdir(real):
+            found.add(real)
+    return sorted(p for p in found if not any(p.startswith(q + os.sep) for q in found))
+
+
+@functools.lru_cache(maxsize=1)
+def _runner_paths() -> tuple[str, ...]:
+    """Where the runner's interpreter and code live: the environment, every import path and this package."""
+    package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    candidates = [sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.realpath(sys.executable)),
+                  package_root, *sys.path]  # fmt: skip
+    return tuple(tmp_paths_to_keep(candidates))
+
+
 def _bwrap_prefix(bwrap: str, workdir: str) -> list[str]:
+    keep = [arg for path in _runner_paths() for arg in ("--ro-bind", path, path)]
     return [
         bwrap,
         "--ro-bind", "/", "/",
         "--dev", "/dev",
         "--proc", "/proc",
         "--tmpfs", "/tmp",
+        *keep,
         "--bind", workdir, workdir,
         "--remount-ro", "/tmp",
         "--chdir", workdir,
@@ -77,7 +107,9 @@ def _probe() -> tuple[str | None, str]:
         return None, "bubblewrap (bwrap) is not installed (Debian/Ubuntu: apt-get install bubblewrap)"
     workdir = os.path.realpath(os.getcwd())
     try:
-        proc = subprocess.run([*_bwrap_prefix(bwrap, workdir), "true"], capture_output=True, text=True, timeout=30)
+        # the real interpreter importing this package: proves the runner can start in there, not only that bwrap can
+        probe = [sys.executable, "-c", "import troll_verl.rewards.sandbox"]
+        proc = subprocess.run([*_bwrap_prefix(bwrap, workdir), *probe], capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.TimeoutExpired) as e:
         return None, f"bwrap could not run: {e!r}"
     if proc.returncode != 0:
