@@ -109,6 +109,20 @@ def test_version_guard_names_the_range():
             check_verl_version(bad)
 
 
+def test_untested_verl_is_an_explicit_loud_opt_in(monkeypatch, caplog):
+    from troll_verl.plugin import ALLOW_UNTESTED_VERL_ENV, VerlVersionError, check_verl_version
+
+    with pytest.raises(VerlVersionError, match=ALLOW_UNTESTED_VERL_ENV + "=1"):
+        check_verl_version("0.10.0.dev0")
+    monkeypatch.setenv(ALLOW_UNTESTED_VERL_ENV, "1")
+    with caplog.at_level("WARNING", logger="troll_verl.plugin"):
+        assert check_verl_version("0.10.0.dev0") == "0.10.0.dev0"
+    assert "UNTESTED verl 0.10.0.dev0" in caplog.text
+    monkeypatch.setenv(ALLOW_UNTESTED_VERL_ENV, "yes")  # only "1" opts in
+    with pytest.raises(VerlVersionError):
+        check_verl_version("0.10.0.dev0")
+
+
 def test_policy_loss_name_collision_is_refused():
     out = _run(
         """

@@ -46,6 +46,7 @@ from collections.abc import Callable
 logger = logging.getLogger(__name__)
 
 SUPPORTED_VERL = (">=0.9.0", "<0.10")
+ALLOW_UNTESTED_VERL_ENV = "TROLL_VERL_ALLOW_UNTESTED_VERL"
 POLICY_LOSS_NAME = "troll"
 VLLM_ROLLOUT_NAME = "vllm"
 
@@ -54,6 +55,7 @@ __all__ = [
     "check_verl_version",
     "troll_policy_loss",
     "SUPPORTED_VERL",
+    "ALLOW_UNTESTED_VERL_ENV",
     "POLICY_LOSS_NAME",
     "VLLM_ROLLOUT_NAME",
 ]
@@ -64,7 +66,13 @@ class VerlVersionError(RuntimeError):
 
 
 def check_verl_version(version: str | None = None) -> str:
-    """Raise :class:`VerlVersionError` unless verl's version is in :data:`SUPPORTED_VERL`; return the version."""
+    """Return verl's version; raise :class:`VerlVersionError` unless it is in :data:`SUPPORTED_VERL`.
+
+    ``TROLL_VERL_ALLOW_UNTESTED_VERL=1`` (:data:`ALLOW_UNTESTED_VERL_ENV`) turns the refusal into a loud warning, for
+    trying a newer verl (e.g. ``main``'s 0.10.0.dev) at one's own risk: the plugin follows verl 0.9's internals.
+    """
+    import os
+
     from packaging.specifiers import SpecifierSet
     from packaging.version import Version
 
@@ -73,13 +81,17 @@ def check_verl_version(version: str | None = None) -> str:
 
         version = verl.__version__
     spec = SpecifierSet(",".join(SUPPORTED_VERL))
-    if Version(version) not in spec:
-        raise VerlVersionError(
-            f"troll-verl supports verl {' '.join(SUPPORTED_VERL)} (its engine hooks, loss closure and trainer "
-            f"follow verl 0.9's internals); found verl {version}. Install a supported verl, e.g. "
-            "pip install 'verl[verl-core]==0.9.1'."
-        )
-    return version
+    if Version(version) in spec:
+        return version
+    message = (
+        f"troll-verl supports verl {' '.join(SUPPORTED_VERL)} (its engine hooks, loss closure and trainer "
+        f"follow verl 0.9's internals); found verl {version}. Install a supported verl, e.g. "
+        f"pip install 'verl[verl-core]==0.9.1', or set {ALLOW_UNTESTED_VERL_ENV}=1 to try this one untested."
+    )
+    if os.environ.get(ALLOW_UNTESTED_VERL_ENV, "") == "1":
+        logger.warning("UNTESTED verl %s: %s", version, message)
+        return version
+    raise VerlVersionError(message)
 
 
 # ------------------------------------------------------------------------------------------------------------
