@@ -140,7 +140,8 @@ def old_pass(worker, batch, temperature: float, store: bool = True, **flags):
 
     data = batch.clone()
     tu.assign_non_tensor(
-        data, calculate_entropy=True, compute_loss=False, temperature=temperature, troll_store_old_topk=store, **flags
+        data, calculate_entropy=True, compute_loss=False, temperature=temperature, troll_store_old_topk=store,
+        policy_loss_old_pass=store, **flags,
     )
     return worker.compute_log_prob(data)
 

@@ -14,7 +14,9 @@
 """Tests of troll_verl.fsdp.losses: response-row mapping and Ulysses sequence parallelism on verl's engine."""
 
 import os
+import queue as queue_module
 import tempfile
+import time
 
 import numpy as np
 import pytest
@@ -85,7 +87,15 @@ def _run_sp(world, model_dir):
     for p in procs:
         p.start()
     try:
-        return queue.get(timeout=400)
+        deadline = time.monotonic() + 400
+        while time.monotonic() < deadline:
+            try:
+                return queue.get(timeout=2)
+            except queue_module.Empty:
+                failed = [p.exitcode for p in procs if p.exitcode not in (None, 0)]
+                if failed:  # a rank died: report it now rather than at the deadline
+                    raise RuntimeError(f"an SP rank exited with code {failed[0]} (its traceback is above)") from None
+        raise TimeoutError("the SP ranks did not report within 400 s")
     finally:
         for p in procs:
             p.join(timeout=60)

@@ -17,11 +17,10 @@ import pytest
 import torch
 from _verl_engine import make_batch
 from verl.utils import tensordict_utils as tu
-from verl.utils.metric import AggregationType
 from verl.workers.config import FSDPActorConfig
 
 from troll_verl.config import TrollPolicyLossConfig
-from troll_verl.loss_fn import TROLL_MODE_KEY, TrollLossFn, _aggregation
+from troll_verl.loss_fn import TROLL_MODE_KEY, TrollLossFn
 
 
 def _loss_fn(strategy="fsdp2"):
@@ -60,12 +59,6 @@ def test_unsupported_strategy_is_named():
 def test_update_without_old_pass_fields_is_refused():
     with pytest.raises(ValueError, match="old-log-prob pass"):
         _loss_fn()(student_logits=torch.zeros(1, 10, 50), data=_batch("update"))
-
-
-def test_metric_aggregation():
-    assert _aggregation("troll/kl_after_max", AggregationType.SUM) == AggregationType.MAX
-    assert _aggregation("troll/pg_loss", AggregationType.SUM) == AggregationType.SUM
-    assert _aggregation("troll/kl_before", AggregationType.SUM) == AggregationType.MEAN
 
 
 def test_hook_and_final_call_must_alternate_per_micro_batch():

@@ -18,11 +18,19 @@ import math
 import pytest
 import torch
 from _reference import dense_project_row
+from verl.utils.metric import AggregationType, Metric
 from verl.workers.config import FSDPActorConfig
 
 from troll_verl.config import TrollPolicyLossConfig
-from troll_verl.losses import MAX_METRICS, compute_policy_loss_troll
+from troll_verl.losses import LOSS_METRICS, MAX_METRICS, _with_aggregation, compute_policy_loss_troll
 from troll_verl.sparse import old_topk_from_logits, troll_sparse_from_logits
+
+
+def _loss(*args, **kwargs):
+    """compute_policy_loss_troll with every metric as a float (Metric values aggregated)."""
+    loss, metrics = compute_policy_loss_troll(*args, **kwargs)
+    return loss, {k: float(v.aggregate()) if isinstance(v, Metric) else v for k, v in metrics.items()}
+
 
 AGG_MODES = ["token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
 
@@ -94,7 +102,7 @@ def test_loss_matches_hand_formula_every_agg_mode(mode):
     d = _batch()
     cfg = _actor_config(mode, alpha=0.7)
     sup = d["support"]()
-    loss, metrics = compute_policy_loss_troll(d["old_lp"], None, d["adv"], d["mask"], mode, cfg, support=sup)
+    loss, metrics = _loss(d["old_lp"], None, d["adv"], d["mask"], mode, cfg, support=sup)
     proj_lp, reg = _hand_token_terms(sup, d["old_lp"], d["mask"], 0.05)
     pg = -d["adv"] * torch.exp(proj_lp - d["old_lp"])
     expected = _hand_agg(pg, d["mask"], mode) + 0.7 * _hand_agg(reg, d["mask"], mode)
@@ -111,7 +119,7 @@ def test_policy_term_gradient_is_its_derivative():
 
     def fn(z):
         sup = d["support"](z)
-        return compute_policy_loss_troll(d["old_lp"][:2], None, d["adv"][:2], d["mask"][:2], cfg.loss_agg_mode,
+        return _loss(d["old_lp"][:2], None, d["adv"][:2], d["mask"][:2], cfg.loss_agg_mode,
                                          cfg, support=sup)[0]  # fmt: skip
 
     assert torch.autograd.gradcheck(fn, (d["z"],), eps=1e-6, atol=1e-6)
@@ -123,7 +131,7 @@ def test_regression_term_gradient_stops_at_the_projection():
     cfg = _actor_config("seq-mean-token-sum", alpha=1.0)
     zero_adv = torch.zeros_like(d["adv"])
     sup = d["support"]()
-    loss, _ = compute_policy_loss_troll(d["old_lp"], None, zero_adv, d["mask"], cfg.loss_agg_mode, cfg, support=sup)
+    loss, _ = _loss(d["old_lp"], None, zero_adv, d["mask"], cfg.loss_agg_mode, cfg, support=sup)
     (g,) = torch.autograd.grad(loss, d["z"])
     sup = d["support"]()
     B, T = d["mask"].shape
@@ -143,7 +151,7 @@ def test_gspo_sequence_ratio():
     d = _batch()
     cfg = _actor_config("seq-mean-token-mean", ratio_level="sequence", alpha=0.0)
     sup = d["support"]()
-    loss, _ = compute_policy_loss_troll(d["old_lp"], None, d["adv"], d["mask"], "seq-mean-token-mean", cfg, support=sup)
+    loss, _ = _loss(d["old_lp"], None, d["adv"], d["mask"], "seq-mean-token-mean", cfg, support=sup)
     proj_lp, _ = _hand_token_terms(sup, d["old_lp"], d["mask"], 0.05)
     m = d["mask"]
     seq = torch.where(m, proj_lp - d["old_lp"], 0.0).sum(-1) / m.sum(-1)
@@ -166,7 +174,7 @@ def test_gspo_log_ratio_is_capped():
     d = _batch()
     cfg = _actor_config("seq-mean-token-mean", ratio_level="sequence", alpha=0.0, seq_log_ratio_cap=1e-3)
     old = d["old_lp"] - 5.0  # every sequence ratio ≫ exp(cap)
-    loss, _ = compute_policy_loss_troll(
+    loss, _ = _loss(
         old, None, d["adv"], d["mask"], "seq-mean-token-mean", cfg, support=d["support"]()
     )
     expected = _hand_agg(-d["adv"] * math.exp(1e-3), d["mask"], "seq-mean-token-mean")
@@ -178,7 +186,7 @@ def test_rollout_is_weights_scale_the_policy_term_only():
     cfg = _actor_config(alpha=0.5)
     sup = d["support"]()
     w = torch.rand(d["mask"].shape, generator=torch.Generator().manual_seed(7), dtype=torch.float64)
-    loss, m = compute_policy_loss_troll(d["old_lp"], None, d["adv"], d["mask"], "token-mean", cfg, w, support=sup)
+    loss, m = _loss(d["old_lp"], None, d["adv"], d["mask"], "token-mean", cfg, w, support=sup)
     proj_lp, reg = _hand_token_terms(sup, d["old_lp"], d["mask"], 0.05)
     pg = -d["adv"] * torch.exp(proj_lp - d["old_lp"]) * w
     expected = _hand_agg(pg, d["mask"], "token-mean") + 0.5 * _hand_agg(reg, d["mask"], "token-mean")
@@ -189,9 +197,9 @@ def test_global_batch_info_is_used():
     d = _batch()
     cfg = _actor_config("token-mean")
     sup = d["support"]()
-    local, _ = compute_policy_loss_troll(d["old_lp"], None, d["adv"], d["mask"], "token-mean", cfg, support=sup)
+    local, _ = _loss(d["old_lp"], None, d["adv"], d["mask"], "token-mean", cfg, support=sup)
     cfg.global_batch_info.update(dp_size=2, batch_num_tokens=100, global_batch_size=8, loss_scale_factor=None)
-    scaled, _ = compute_policy_loss_troll(d["old_lp"], None, d["adv"], d["mask"], "token-mean", cfg, support=sup)
+    scaled, _ = _loss(d["old_lp"], None, d["adv"], d["mask"], "token-mean", cfg, support=sup)
     torch.testing.assert_close(scaled, local * d["mask"].sum() / 100 * 2)
 
 
@@ -199,7 +207,7 @@ def test_inside_trust_region_is_unclipped_ratio_without_regression():
     d = _batch(noise=1e-3)
     cfg = _actor_config()
     sup = d["support"]()
-    loss, m = compute_policy_loss_troll(d["old_lp"], None, d["adv"], d["mask"], "token-mean", cfg, support=sup)
+    loss, m = _loss(d["old_lp"], None, d["adv"], d["mask"], "token-mean", cfg, support=sup)
     assert m["troll/projected_frac"] == 0.0 and m["troll/regression_loss"] == 0.0
     new_lp = sup.new_logprobs.gather(-1, sup.sampled_index[..., None]).squeeze(-1)
     expected = _hand_agg(-d["adv"] * torch.exp(new_lp - d["old_lp"]), d["mask"], "token-mean")
@@ -221,7 +229,7 @@ def test_zero_advantages_give_exactly_zero_gradient_in_fp32(ratio_level, tail):
     cfg = _actor_config("seq-mean-token-mean", ratio_level=ratio_level, tail=tail, topk=K)
     sup = troll_sparse_from_logits(z, sampled, old, old_lp.view(-1), topk=K, mass_delta=1e-5).reshape(B, T)
     mask = torch.ones(B, T, dtype=torch.bool)
-    loss, m = compute_policy_loss_troll(old_lp, None, torch.zeros(B, T), mask, cfg.loss_agg_mode, cfg, support=sup)
+    loss, m = _loss(old_lp, None, torch.zeros(B, T), mask, cfg.loss_agg_mode, cfg, support=sup)
     (grad,) = torch.autograd.grad(loss, z)
     assert m["troll/projected_frac"] == 0.0 and m["troll/regression_loss"] == 0.0
     assert bool((grad == 0).all()), f"max |grad| {grad.abs().max().item():.3g}"
@@ -233,7 +241,7 @@ def test_padding_garbage_does_not_leak():
     old, adv = d["old_lp"].clone(), d["adv"].clone()
     old[~d["mask"]] = math.nan
     adv[~d["mask"]] = math.inf
-    loss, metrics = compute_policy_loss_troll(old, None, adv, d["mask"], "token-mean", cfg, support=d["support"]())
+    loss, metrics = _loss(old, None, adv, d["mask"], "token-mean", cfg, support=d["support"]())
     assert torch.isfinite(loss) and all(math.isfinite(v) for v in metrics.values())
     loss.backward()
     assert torch.isfinite(d["z"].grad).all()
@@ -265,7 +273,7 @@ def test_tail_bucket_gradient_pulls_leaked_mass_back():
     for tail in ("bucket", "renormalize"):
         cfg = _actor_config(tail=tail, topk=K, mass_delta=1e-12)
         sup = troll_sparse_from_logits(z, sampled, old, old_lp, topk=K, mass_delta=1e-12).reshape(B, T)
-        loss, _ = compute_policy_loss_troll(old_lp.view(B, T), None, adv, mask, "token-mean", cfg, support=sup)
+        loss, _ = _loss(old_lp.view(B, T), None, adv, mask, "token-mean", cfg, support=sup)
         (grads[tail],) = torch.autograd.grad(loss, z)
     outside = torch.ones(V, dtype=torch.bool)
     outside[:K] = False
@@ -275,10 +283,24 @@ def test_tail_bucket_gradient_pulls_leaked_mass_back():
     assert (after < before).all() and (before - after).sum() > 1e-3
 
 
+def test_metrics_carry_their_aggregation():
+    """Maxima combine by max and the loss's parts like verl's actor/pg_loss (sum once normalised by the global
+    batch); every other metric is a float that verl averages."""
+    d = _batch()
+    cfg = _actor_config()
+    _, m = compute_policy_loss_troll(d["old_lp"], None, d["adv"], d["mask"], "token-mean", cfg, support=d["support"]())
+    assert all(m[k].aggregation == AggregationType.MAX for k in MAX_METRICS)
+    assert all(m[k].aggregation == AggregationType.MEAN for k in LOSS_METRICS)  # no global batch info: local mean
+    assert all(isinstance(v, float) for k, v in m.items() if k not in MAX_METRICS | LOSS_METRICS)
+    for info in ({"dp_size": 2}, {"dp_size": 1, "batch_num_tokens": 10}, {"loss_scale_factor": 4}):
+        wrapped = _with_aggregation({"troll/pg_loss": 1.0, "troll/eta_max": 2.0, "troll/kl_before": 3.0}, info)
+        assert wrapped["troll/pg_loss"].aggregation == AggregationType.SUM
+        assert wrapped["troll/eta_max"].aggregation == AggregationType.MAX and wrapped["troll/kl_before"] == 3.0
+
+
 def test_metrics_and_max_keys():
     d = _batch()
-    _, m = compute_policy_loss_troll(d["old_lp"], None, d["adv"], d["mask"], "token-mean", _actor_config(),
-                                     support=d["support"]())  # fmt: skip
+    _, m = _loss(d["old_lp"], None, d["adv"], d["mask"], "token-mean", _actor_config(), support=d["support"]())
     for key in ("troll/kl_before", "troll/kl_after", "troll/eta_mean", "troll/projected_frac", "troll/support_size",
                 "troll/covered_mass", "troll/bound_violation_max", "actor/ppo_kl", "actor/pg_clipfrac"):  # fmt: skip
         assert key in m and isinstance(m[key], float)
@@ -290,7 +312,7 @@ def test_metrics_and_max_keys():
 def test_missing_support_and_bad_shapes_raise():
     d = _batch()
     cfg = _actor_config()
-    with pytest.raises(ValueError, match="sparse top-K"):
+    with pytest.raises(ValueError, match="token distributions"):
         compute_policy_loss_troll(d["old_lp"], None, d["adv"], d["mask"], "token-mean", cfg)
     flat = d["support"]().reshape(-1)
     with pytest.raises(ValueError, match="reshape"):

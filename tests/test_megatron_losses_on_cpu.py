@@ -120,11 +120,16 @@ def _fsdp_reference():
 
     batch, logits_old, logits = _batch_and_logits()
     cfg = _settings()
-    old = fsdp.compute_troll_old_topk(logits_old[None], batch, cfg)
+    from troll_verl.layout import response_rows
+
+    # per-row old top-K → response-aligned, as verl stores it
+    old = {k: v[0][response_rows(batch)] for k, v in fsdp.compute_troll_old_topk(logits_old[None], batch, cfg).items()}
     offsets = batch["response_mask"].offsets()
     for key, value in old.items():
         batch[key] = torch.nested.nested_tensor_from_jagged(value, offsets)
-    terms, _ = fsdp.compute_troll_token_terms(logits[None], batch, cfg)
+    terms = fsdp.compute_troll_token_terms(logits[None], batch, cfg)
+    # the solver's iteration count is per shard (each rank solves its own rows), not per row
+    terms.pop("troll_solver_iters")
     return {k: v.detach() for k, v in old.items()}, {k: v.detach()[0] for k, v in terms.items()}, batch
 
 
@@ -147,7 +152,8 @@ def _megatron_rank(rank, world, tp, cp):
         return mega._cp_split(nested, "thd").reshape(1, -1, vp)
 
     old = mega.compute_troll_old_topk(local(logits_old), batch, cfg, "thd")
-    terms, _ = mega.compute_troll_token_terms(local(logits), batch, cfg, "thd")
+    terms = mega.compute_troll_token_terms(local(logits), batch, cfg, "thd")
+    terms.pop("troll_solver_iters")
     # where each local row came from (global packed row, -1 for CP padding)
     rows_global = mega._cp_split(
         torch.nested.nested_tensor_from_jagged(torch.arange(1, int(offsets[-1]) + 1), offsets), "thd"

@@ -89,6 +89,7 @@ class _Batch(SimpleNamespace):
 def _trainer(troll=True):
     trainer = object.__new__(TrollTrainer)
     trainer.troll_enabled = troll
+    trainer.troll_flags = troll  # verl 0.9 as released: no policy-loss logits seam
     trainer.troll_settings = TrollPolicyLossConfig()
     return trainer
 

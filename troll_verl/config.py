@@ -11,128 +11,62 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""TROLL's policy-loss configuration, a drop-in :class:`verl.workers.config.PolicyLossConfig` subclass.
+"""TROLL's policy-loss configuration for verl 0.9: a drop-in :class:`verl.workers.config.PolicyLossConfig` subclass.
 
 Select it from the command line with ``actor_rollout_ref.actor.policy_loss._target_=troll_verl.config.
 TrollPolicyLossConfig`` to set any of its keys; with only ``loss_mode=troll`` the paper's defaults are used
-(see :func:`troll_settings`). Defaults follow TROLL (arXiv:2510.03817) §6.
+(see :func:`troll_settings`). The TROLL keys and their checks are :class:`troll_verl.settings.TrollConfig`'s; here
+they sit flat in ``policy_loss`` (``policy_loss.kl_bound``), and ``policy_loss.troll`` is the config itself, the
+place TROLL's code reads them from (in verl with TROLL built in they are the nested ``policy_loss.troll``).
 """
 
 from __future__ import annotations
 
 import logging
-import math
 from dataclasses import dataclass, fields
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, ClassVar
 
-import torch
 from verl.workers.config import PolicyLossConfig
 
-from .sparse import OLD_ESTIMATES
+from .settings import VALUE_DTYPES, TrollConfig
 
-__all__ = ["TrollPolicyLossConfig", "troll_settings", "troll_loss_enabled", "validate_troll_config", "VALUE_DTYPES"]
+__all__ = [
+    "TrollPolicyLossConfig",
+    "troll_settings",
+    "troll_loss_enabled",
+    "validate_troll_config",
+    "use_troll_policy_loss_config",
+    "VALUE_DTYPES",
+    "POLICY_LOSS_CONFIG_TARGET",
+]
 
 logger = logging.getLogger(__name__)
 # Actor strategies TROLL's engine path supports.
 _SUPPORTED_STRATEGIES = ("fsdp", "fsdp2", "megatron")
-
-_PREFIX = "actor_rollout_ref.actor.policy_loss"
-VALUE_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+# ``_target_`` of this module's settings class, and of verl's stock policy-loss config
+POLICY_LOSS_CONFIG_TARGET = "troll_verl.config.TrollPolicyLossConfig"
+_VERL_POLICY_LOSS_TARGET = "verl.workers.config.PolicyLossConfig"
 
 
 @dataclass
-class TrollPolicyLossConfig(PolicyLossConfig):
-    """TROLL settings (TROLL §6 defaults). Every field is a YAML/CLI key under ``actor.policy_loss``.
+class TrollPolicyLossConfig(PolicyLossConfig, TrollConfig):
+    """verl's policy-loss settings plus TROLL's (:class:`~troll_verl.settings.TrollConfig`), all flat under
+    ``actor.policy_loss``; every TROLL value is validated on construction, errors name the key and the fix.
 
     Args:
         loss_mode (str): registered policy-loss name; ``"troll"``.
-        kl_bound (float): ε, the per-token trust-region radius KL(π ‖ π_old) ≤ ε. Paper: 0.05.
-        alpha (float): α, weight of the regression term KL(π̃ ‖ sg π). Paper: 1.0.
-        topk (int): K, the largest number of tokens kept per policy and position. Paper: 64.
-        mass_delta (float): δ, tokens are kept until their mass reaches 1 − δ. Paper: 1e-5.
-        floor (float): probability given to a token the old policy did not store. Paper: 1e-12.
-        old_estimate (str): old-side value of a union token the old pass did not store: ``"floor"`` (the paper's
-            ``floor``), ``"upper"`` (the smallest stored old probability, the largest the token can have) or
-            ``"proportional"`` (the old tail mass shared out like the current policy's, capped likewise); see
-            :func:`troll_verl.sparse.old_side_estimate` and ``docs/benchmarks.md`` for the measurement.
-        tail (str): ``"bucket"`` (default) keeps the mass outside the support as one differentiable category;
-            ``"renormalize"`` drops it and renormalises on the support (the paper's treatment; ablation only).
-        ratio_level (str): ``"token"`` (GRPO, Dr.GRPO, PPO) or ``"sequence"`` (GSPO: the ratio is built from the
-            projected log-probs at sequence level, TROLL §7).
-        seq_log_ratio_cap (float): upper clamp of the sequence-level log-ratio (reference: 10).
-        solver (str): ``"newton"`` (safeguarded Newton, default) or ``"bisection"``.
-        solver_max_iter (int): iteration cap of the solver.
-        solver_tol (float | None): Newton step tolerance in log w; None picks a dtype default.
-        eta_max (float): largest η the solver may use; residual violations are reported as metrics.
-        chunk_size (int | None): tokens per chunk in the lean logits path; None picks ~128 MiB chunks.
-        old_value_dtype (str): dtype used to store the old top-K log-probs: float32, bfloat16 or float16.
+        (the TROLL keys: see :class:`~troll_verl.settings.TrollConfig`)
     """
 
-    loss_mode: str = "troll"
-    kl_bound: float = 0.05
-    alpha: float = 1.0
-    topk: int = 64
-    mass_delta: float = 1e-5
-    floor: float = 1e-12
-    old_estimate: str = "floor"
-    tail: str = "bucket"
-    ratio_level: str = "token"
-    seq_log_ratio_cap: float = 10.0
-    solver: str = "newton"
-    solver_max_iter: int = 30
-    solver_tol: float | None = None
-    eta_max: float = 1e6
-    chunk_size: int | None = None
-    old_value_dtype: str = "float32"
+    key_prefix: ClassVar[str] = "actor_rollout_ref.actor.policy_loss"
 
-    def __post_init__(self):
-        """Validate every TROLL field; errors name the key and the fix."""
-        _positive_float(self, "kl_bound", "the paper uses 0.05")
-        if not _is_number(self.alpha) or self.alpha < 0 or not math.isfinite(self.alpha):
-            raise ValueError(f"{_PREFIX}.alpha must be a finite float >= 0 (the paper uses 1.0), got {self.alpha!r}.")
-        if not isinstance(self.topk, int) or isinstance(self.topk, bool) or self.topk < 1:
-            raise ValueError(f"{_PREFIX}.topk must be an int >= 1 (the paper uses 64), got {self.topk!r}.")
-        for name, paper in (("mass_delta", "1e-5"), ("floor", "1e-12")):
-            value = getattr(self, name)
-            if not _is_number(value) or not (0.0 < value < 1.0):
-                raise ValueError(f"{_PREFIX}.{name} must lie in (0, 1) (the paper uses {paper}), got {value!r}.")
-        _choice(self, "old_estimate", OLD_ESTIMATES)
-        _choice(self, "tail", ("bucket", "renormalize"))
-        _choice(self, "ratio_level", ("token", "sequence"))
-        _choice(self, "solver", ("newton", "bisection"))
-        _choice(self, "old_value_dtype", tuple(VALUE_DTYPES))
-        _positive_float(self, "seq_log_ratio_cap", "the reference uses 10")
-        _positive_float(self, "eta_max", "default 1e6")
-        if not isinstance(self.solver_max_iter, int) or self.solver_max_iter < 1:
-            raise ValueError(f"{_PREFIX}.solver_max_iter must be an int >= 1, got {self.solver_max_iter!r}.")
-        if self.solver_tol is not None:
-            _positive_float(self, "solver_tol", "or null for the dtype default")
-        if self.chunk_size is not None and (not isinstance(self.chunk_size, int) or self.chunk_size < 1):
-            raise ValueError(
-                f"{_PREFIX}.chunk_size must be a positive int (tokens per chunk) or null, got {self.chunk_size!r}."
-            )
+    loss_mode: str = "troll"
 
     @property
-    def value_dtype(self) -> torch.dtype:
-        """The torch dtype named by ``old_value_dtype``."""
-        return VALUE_DTYPES[self.old_value_dtype]
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _positive_float(cfg: TrollPolicyLossConfig, name: str, hint: str) -> None:
-    value = getattr(cfg, name)
-    if not _is_number(value) or not math.isfinite(value) or value <= 0:
-        raise ValueError(f"{_PREFIX}.{name} must be a finite float > 0 ({hint}), got {value!r}.")
-
-
-def _choice(cfg: TrollPolicyLossConfig, name: str, options: tuple[str, ...]) -> None:
-    value = getattr(cfg, name)
-    if value not in options:
-        raise ValueError(f"{_PREFIX}.{name} must be one of {list(options)}, got {value!r}.")
+    def troll(self) -> TrollConfig:
+        """TROLL's settings: this config itself (verl with TROLL built in nests them as ``policy_loss.troll``)."""
+        return self
 
 
 def troll_settings(actor_config: Any) -> TrollPolicyLossConfig:
@@ -153,6 +87,22 @@ def troll_settings(actor_config: Any) -> TrollPolicyLossConfig:
         raise ValueError("The actor config has no policy_loss section; TROLL reads its settings from it.")
     shared = {f.name for f in fields(PolicyLossConfig)} - {"_target_"}
     return TrollPolicyLossConfig(**{name: policy_loss[name] for name in shared if name in policy_loss})
+
+
+def use_troll_policy_loss_config(config) -> bool:
+    """Select :class:`TrollPolicyLossConfig` where a full verl config still names verl's stock policy-loss config.
+
+    verl's workers then build the actor config with TROLL's settings (the paper's defaults for keys not set), which
+    is where TROLL's code reads them (``policy_loss.troll``). Returns True if ``_target_`` was changed.
+    """
+    from omegaconf import OmegaConf, open_dict
+
+    node = OmegaConf.select(config, "actor_rollout_ref.actor.policy_loss")
+    if node is None or node.get("_target_", _VERL_POLICY_LOSS_TARGET) != _VERL_POLICY_LOSS_TARGET:
+        return False
+    with open_dict(node):
+        node._target_ = POLICY_LOSS_CONFIG_TARGET
+    return True
 
 
 def troll_loss_enabled(config) -> bool:

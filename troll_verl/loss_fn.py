@@ -11,86 +11,108 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""TROLL's engine-level loss closure for verl 0.9 (the ``set_loss_fn`` seam).
+"""TROLL on a verl without the policy-loss logits hook (verl 0.9 as released): the ``set_loss_fn`` route.
 
-verl's engines call the installed loss function in two ways (the pattern of verl's top-K distillation):
+Where verl has the hook (``core_algos.PolicyLossSpec``, upstream PR 1 in ``upstream/``), TROLL registers its
+hooks with the loss and verl's own ``ppo_loss`` does everything (:mod:`troll_verl.plugin`); this module is not used.
+
+On verl 0.9 as released, verl's engines call the installed loss function in two ways (the pattern of verl's top-K
+distillation):
 
 (a) as a *logits processor* inside the forward pass, ``loss_fn(student_logits=..., data=micro_batch)``, when the
-    micro-batch carries ``distillation_use_topk=True``; it returns per-token tensors that the engine gathers
+    micro-batch carries ``distillation_use_topk=True``; it returns per-row tensors that the engine gathers
     across sequence-parallel ranks and nests per sequence into ``model_output``;
 (b) as the *final loss*, ``loss_fn(model_output=..., data=micro_batch, dp_group=...)`` → ``(loss, metrics)``.
 
-TROLL's worker (:mod:`troll_verl.workers`) tags each call with ``troll_mode``::
+TROLL's worker (:mod:`troll_verl.workers`) tags each call with ``troll_mode``, and :class:`TrollLossFn` runs the
+same hooks the seam would (:func:`~troll_verl.losses.troll_old_pass_fn`, :func:`~troll_verl.losses.troll_logits_fn`)::
 
     old-log-prob pass (troll_mode="old", forward only)
-      logits ─(a)→ top-K + mass rule + tail at response rows ─→ stash ─(b)→ model_output["troll_old_*"]
-      (stored response-aligned with old_log_probs; reaches update_actor through verl's TransferQueue)
+      logits ─(a)→ troll_old_pass_fn, per row ─→ response rows ─(b)→ model_output["troll_old_*"]
+      (FSDP's hook carries per-row scalars only: its K-wide rows are gathered across SP ranks in (a) and attached
+      in (b); Megatron's carries them. Stored response-aligned next to old_log_probs.)
 
     update pass (troll_mode="update", distillation_only: verl skips its own log-prob/CE on these logits)
-      logits ─(a)→ union support ─→ projection ─→ per-token terms (1, L) ─→ verl: SP gather + nest
-      model_output["troll_*"] ─(b)→ pad ─→ troll_policy_objective ─→ + entropy bonus + KL-to-ref ─→ loss
-
-(b) mirrors verl's ``ppo_loss``: ``global_batch_info``, ``agg_loss`` for every term, ``rollout_is_weights``, metric
-aggregation (SUM for losses normalised by the global batch, MEAN/MAX for diagnostics).
+      logits ─(a)→ troll_logits_fn, per row (log_probs and TROLL's terms) ─→ verl: SP gather + nest
+      model_output ─(b)→ verl's ppo_loss: entropy bonus, KL to the reference, global-batch aggregation, metrics;
+                         its call of loss "troll" reads TROLL's padded terms from this module (legacy_policy_loss)
 """
 
 from __future__ import annotations
 
+import contextvars
+import dataclasses
 from typing import Any
 
 import torch
 from tensordict import TensorDict
-from verl.trainer.ppo.core_algos import agg_loss, kl_penalty
 from verl.utils import tensordict_utils as tu
-from verl.utils.metric import AggregationType, Metric
+from verl.utils.metric import Metric
+from verl.workers.utils.losses import ppo_loss
 from verl.workers.utils.padding import no_padding_2_padding
 
 from .config import troll_settings
 from .layout import OLD_FIELDS, response_lengths, response_rows
-from .losses import MAX_METRICS, TrollTokenTerms, troll_policy_objective
+from .losses import TROLL_LOGITS_OUTPUT_KEYS, compute_policy_loss_troll, troll_logits_fn, troll_old_pass_fn
 
-__all__ = ["TrollLossFn", "TROLL_MODE_KEY"]
+__all__ = ["TrollLossFn", "TROLL_MODE_KEY", "legacy_policy_loss"]
 
 # Non-tensor key set by TROLL's worker on the micro-batches of the two passes.
 TROLL_MODE_KEY = "troll_mode"
+# Strategies whose verl 0.9 logits hook keeps per-row outputs with trailing dims (Megatron); FSDP's asserts (L,).
+_HOOK_CARRIES_TRAILING_DIMS = frozenset({"megatron"})
 
 
-def _backend(strategy: str):
-    """The backend module with ``compute_troll_old_topk`` / ``compute_troll_token_terms`` for ``strategy``."""
-    match strategy:
-        case "fsdp" | "fsdp2":
-            from .fsdp import losses
-        case "megatron":
-            from .megatron import losses
-        case _:
-            raise NotImplementedError(
-                f"TROLL supports actor strategies fsdp, fsdp2 and megatron, got {strategy!r}; "
-                "set actor_rollout_ref.actor.strategy=fsdp2."
-            )
-    return losses
+@dataclasses.dataclass
+class _UpdateCall:
+    """What the final call hands verl's ``ppo_loss`` → loss "troll" (padded terms), and what comes back (metrics)."""
+
+    logits_outputs: dict[str, torch.Tensor]
+    metrics: dict[str, Any] | None = None
 
 
-def _aggregation(key: str, loss_aggregation: AggregationType) -> AggregationType:
-    """How a per-micro-batch TROLL metric combines: losses like the loss, maxima by max, the rest by mean."""
-    if key in MAX_METRICS:
-        return AggregationType.MAX
-    if key in ("troll/pg_loss", "troll/regression_loss"):
-        return loss_aggregation
-    return AggregationType.MEAN
+_UPDATE_CALL: contextvars.ContextVar[_UpdateCall | None] = contextvars.ContextVar("troll_update_call", default=None)
+
+
+def legacy_policy_loss(
+    old_log_prob, log_prob, advantages, response_mask, loss_agg_mode="token-mean", config=None,
+    rollout_is_weights=None,
+):  # fmt: skip
+    """Loss "troll" as verl 0.9's ``ppo_loss`` calls it from :class:`TrollLossFn`'s final call.
+
+    verl 0.9's ``ppo_loss`` hands a policy loss no engine outputs and aggregates every metric by mean, so the padded
+    terms come from the final call (a context variable) and the metrics with other aggregations go back through it.
+
+    Raises:
+        ValueError: outside TROLL's update pass, naming the override that routes verl through TROLL's passes.
+    """
+    call = _UPDATE_CALL.get()
+    if call is None:
+        raise ValueError(
+            "loss_mode=troll needs the sparse top-K distributions of both policies, which verl's generic policy-loss "
+            "call (ppo_loss) does not provide on this verl. Run verl through TROLL's trainer: add "
+            "trainer.v1.trainer_mode=troll to your overrides (or launch with python -m troll_verl.main)."
+        )
+    loss, metrics = compute_policy_loss_troll(
+        old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, config, rollout_is_weights,
+        logits_outputs=call.logits_outputs,
+    )  # fmt: skip
+    call.metrics = metrics
+    return loss, {key: value.aggregate() if isinstance(value, Metric) else value for key, value in metrics.items()}
 
 
 class TrollLossFn:
-    """verl loss closure for TROLL; picklable, one instance per actor worker.
+    """verl loss closure for TROLL on verl 0.9 as released; picklable, one instance per actor worker.
 
     Args:
-        config: the actor's ``ActorConfig`` (TROLL settings in ``config.policy_loss``).
+        config: the actor's ``ActorConfig``. A plain ``PolicyLossConfig`` (only ``loss_mode=troll`` set) is replaced
+            by :class:`~troll_verl.config.TrollPolicyLossConfig` with the paper's defaults.
     """
 
     def __init__(self, config: Any):
-        self.config = config
-        self.settings = troll_settings(config)
-        # what the logits hook (a) leaves for the final call (b) of the same micro-batch; see _handoff/_take
-        self._handoff: tuple[int, str, Any] | None = None
+        self.config = dataclasses.replace(config, policy_loss=troll_settings(config))
+        # the old pass's K-wide rows, from the logits hook (a) to the final call (b) of one micro-batch; see _give
+        self._handoff: tuple[int, Any] | None = None
 
     def __call__(
         self,
@@ -106,146 +128,85 @@ class TrollLossFn:
                 "TROLL's loss function was called outside TROLL's old-log-prob or update pass (troll_mode is "
                 f"{mode!r}). Run verl with trainer.v1.trainer_mode=troll so TROLL's worker tags its passes."
             )
-        backend = _backend(self.config.strategy)
         if student_logits is not None:
-            return self._logits_hook(backend, student_logits, data, mode, data_format)
+            if mode == "update":
+                return troll_logits_fn(student_logits, data, self.config, data_format)
+            return self._old_hook(student_logits, data, data_format)
         if mode == "old":
             return self._old_pass_output(model_output, data)
-        return self._update_loss(model_output, data)
+        return self._update_loss(model_output, data, dp_group)
 
     # ---------------------------------------------------------------------------------------------------------
-    # hook → final-call handoff. verl's engines call (a) then (b) for one micro-batch, with the same TensorDict
-    # object, before the next micro-batch; anything else would silently mix micro-batches, so it is refused.
+    # old-log-prob pass
     # ---------------------------------------------------------------------------------------------------------
-    def _give(self, data: TensorDict, mode: str, value: Any) -> None:
+    def _old_hook(self, logits: torch.Tensor, data: TensorDict, data_format: str) -> dict[str, torch.Tensor]:
+        old = troll_old_pass_fn(logits, data, self.config, data_format)
+        if self.config.strategy in _HOOK_CARRIES_TRAILING_DIMS:
+            return old  # per-row (1, L, K): gathered and nested by the engine
+        # FSDP: gather this micro-batch's rows across Ulysses ranks now (every rank runs the hook), attach in (b)
+        n_tokens = int(data["input_ids"].offsets()[-1])
+        rows = {key: _gather_sp_rows(value.squeeze(0), n_tokens) for key, value in old.items()}
         if self._handoff is not None:
             raise RuntimeError(
-                f"TROLL's logits hook ran for a new micro-batch ({mode} pass) before the final loss call of the "
-                "previous one; the engine's call order changed (TROLL expects hook, then final call, per micro-batch)."
+                "TROLL's logits hook ran for a new micro-batch before the final loss call of the previous one; the "
+                "engine's call order changed (TROLL expects hook, then final call, per micro-batch)."
             )
-        self._handoff = (id(data), mode, value)
+        self._handoff = (id(data), rows)
+        return {}
 
-    def _take(self, data: TensorDict, mode: str) -> Any:
-        handoff, self._handoff = self._handoff, None
-        if handoff is None:
-            return None
-        key, handoff_mode, value = handoff
-        if key != id(data) or handoff_mode != mode:
-            raise RuntimeError(
-                f"TROLL's final loss call ({mode} pass) received a different micro-batch than its logits hook "
-                f"({handoff_mode} pass); the engine's call order changed."
-            )
-        return value
-
-    # ---------------------------------------------------------------------------------------------------------
-    # (a) inside the forward pass
-    # ---------------------------------------------------------------------------------------------------------
-    def _logits_hook(self, backend, student_logits, data, mode, data_format) -> dict[str, torch.Tensor]:
-        if mode == "old":
-            old = backend.compute_troll_old_topk(student_logits, data, self.settings, data_format)
-            if backend.OLD_PASS_THROUGH_HOOK:
-                return old  # Megatron: per-row (1, L, K) tensors, gathered and nested by the engine
-            # FSDP's hook carries per-row scalars only: attach the K-wide tensors in the final call.
-            self._give(data, mode, old)
-            return {}
-        outputs, solver_iters = backend.compute_troll_token_terms(student_logits, data, self.settings, data_format)
-        self._give(data, mode, solver_iters)
-        return outputs
-
-    # ---------------------------------------------------------------------------------------------------------
-    # (b) after the forward pass
-    # ---------------------------------------------------------------------------------------------------------
     def _old_pass_output(self, model_output: dict, data: TensorDict):
-        pending = self._take(data, "old")
-        if pending is None and all(k in model_output for k in OLD_FIELDS):
-            # through the hook (Megatron): full-sequence rows → response-aligned rows, as old_log_probs are stored
-            rows = response_rows(data)
-            pending = {}
-            for key in OLD_FIELDS:
-                values = model_output.pop(key).values()
-                pending[key] = values[rows.to(values.device)]
-        if pending is None:
+        handoff, self._handoff = self._handoff, None
+        if handoff is not None:
+            if handoff[0] != id(data):
+                raise RuntimeError(
+                    "TROLL's final loss call received a different micro-batch than its logits hook; the engine's "
+                    "call order changed."
+                )
+            full = handoff[1]
+        elif all(key in model_output for key in OLD_FIELDS):
+            full = {key: model_output.pop(key).values() for key in OLD_FIELDS}  # through the hook (Megatron)
+        else:
             raise RuntimeError(
                 "TROLL's old-log-prob pass produced no logits: the engine did not call the logits hook. "
                 "use_fused_kernels=True never materialises logits; set actor_rollout_ref.model.use_fused_kernels=False."
             )
-
+        # full-sequence rows → response-aligned rows, as old_log_probs are stored
+        rows = response_rows(data)
         lengths = response_lengths(data)
-        offsets = torch.cat([lengths.new_zeros(1), torch.cumsum(lengths, 0)]).to(next(iter(pending.values())).device)
-        for key, values in pending.items():
-            model_output[key] = torch.nested.nested_tensor_from_jagged(values, offsets)
-        # (verl keeps no metric of a forward-only pass: the storage is measured in the update, where it arrives)
-        return torch.zeros((), device=next(iter(pending.values())).device), {}
+        device = next(iter(full.values())).device
+        offsets = torch.cat([lengths.new_zeros(1), torch.cumsum(lengths, 0)]).to(device)
+        for key, values in full.items():
+            model_output[key] = torch.nested.nested_tensor_from_jagged(values[rows.to(device)], offsets)
+        return torch.zeros((), device=device), {}
 
-    def _update_loss(self, model_output: dict, data: TensorDict):
-        config = self.config
-        solver_iters = self._take(data, "update")
-        try:
-            terms = TrollTokenTerms(
-                *(no_padding_2_padding(model_output[f"troll_{f}"], data) for f in TrollTokenTerms._fields)
-            )
-        except KeyError as e:
+    # ---------------------------------------------------------------------------------------------------------
+    # update pass: verl's own ppo_loss, with TROLL's terms handed to loss "troll"
+    # ---------------------------------------------------------------------------------------------------------
+    def _update_loss(self, model_output: dict, data: TensorDict, dp_group):
+        missing = [key for key in ("log_probs", *TROLL_LOGITS_OUTPUT_KEYS) if key not in model_output]
+        if missing:
             raise RuntimeError(
-                f"TROLL's per-token terms are missing from the model output ({e}); the engine did not call the "
+                f"TROLL's per-token terms are missing from the model output ({missing}); the engine did not call the "
                 "logits hook. use_fused_kernels=True never materialises logits; set "
                 "actor_rollout_ref.model.use_fused_kernels=False."
-            ) from None
-        entropy = model_output.get("entropy", None)
-        if entropy is not None:
-            entropy = no_padding_2_padding(entropy, data)
-
-        # global batch info for loss aggregation (as verl's ppo_loss)
-        config.global_batch_info["dp_size"] = data["dp_size"]
-        config.global_batch_info["batch_num_tokens"] = data["batch_num_tokens"]
-        config.global_batch_info["global_batch_size"] = data["global_batch_size"]
-        config.global_batch_info["loss_scale_factor"] = config.loss_scale_factor
-        # A loss normalised by the global batch is a partial sum per micro-batch: aggregate its metric with SUM.
-        global_norm = (
-            data["dp_size"] > 1
-            or data["batch_num_tokens"] is not None
-            or data["global_batch_size"] is not None
-            or config.loss_scale_factor is not None
-        )
-        loss_aggregation = AggregationType.SUM if global_norm else AggregationType.MEAN
-
-        fields = ["response_mask", "old_log_probs", "advantages"]
-        fields += [k for k in ("rollout_is_weights", "ref_log_prob") if k in data]
-        padded = data.select(*fields).to_padded_tensor()
-        response_mask = padded["response_mask"].bool()
-
-        policy_loss, troll_metrics = troll_policy_objective(
-            terms,
-            padded["old_log_probs"],
-            padded["advantages"],
-            response_mask,
-            config.loss_agg_mode,
-            config,
-            padded.get("rollout_is_weights", None),
-        )
-        metrics = {k: Metric(_aggregation(k, loss_aggregation), v) for k, v in troll_metrics.items()}
-        # what the old-log-prob pass stored per response token and TransferQueue delivered here (measured)
-        stored = [data[k] for k in OLD_FIELDS if k in data.keys()]
-        n_tokens = max(int(response_mask.sum()), 1)
-        nbytes = sum((t.values() if t.is_nested else t).numel() * t.element_size() for t in stored)
-        metrics["troll/old_topk_bytes_per_token"] = Metric(AggregationType.MEAN, nbytes / n_tokens)
-        metrics["troll/solver_iters"] = Metric(AggregationType.MAX, float(solver_iters or 0))
-        metrics["actor/pg_loss"] = Metric(value=policy_loss, aggregation=loss_aggregation)
-
-        if entropy is not None:
-            entropy_loss = agg_loss(
-                loss_mat=entropy, loss_mask=response_mask, loss_agg_mode=config.loss_agg_mode,
-                **config.global_batch_info,
-            )  # fmt: skip
-            policy_loss = policy_loss - config.entropy_coeff * entropy_loss
-            metrics["actor/entropy_loss"] = Metric(value=entropy_loss, aggregation=loss_aggregation)
-
-        if config.use_kl_loss:
-            # KL to the reference of the raw (unprojected) policy, as verl does with log_prob.
-            kld = kl_penalty(logprob=terms.log_prob, ref_logprob=padded["ref_log_prob"], kl_penalty=config.kl_loss_type)
-            kl_loss = agg_loss(
-                loss_mat=kld, loss_mask=response_mask, loss_agg_mode=config.loss_agg_mode, **config.global_batch_info
             )
-            policy_loss = policy_loss + kl_loss * config.kl_loss_coef
-            metrics["kl_loss"] = Metric(value=kl_loss, aggregation=loss_aggregation)
-            metrics["kl_coef"] = config.kl_loss_coef
-        return policy_loss, metrics
+        call = _UpdateCall({key: no_padding_2_padding(model_output[key], data) for key in TROLL_LOGITS_OUTPUT_KEYS})
+        token = _UPDATE_CALL.set(call)
+        try:
+            loss, metrics = ppo_loss(self.config, model_output, data, dp_group)
+        finally:
+            _UPDATE_CALL.reset(token)
+        # verl 0.9's ppo_loss aggregated every policy-loss metric by mean: restore maxima and loss parts
+        metrics.update({key: value for key, value in (call.metrics or {}).items() if isinstance(value, Metric)})
+        return loss, metrics
+
+
+def _gather_sp_rows(values: torch.Tensor, n_tokens: int) -> torch.Tensor:
+    """This micro-batch's ``(n_tokens, ...)`` rows from every Ulysses rank's ``(L, ...)`` shard (what verl's FSDP
+    engine does with ``log_probs``); a no-op without sequence parallelism."""
+    from verl.utils.ulysses import gather_outputs_and_unpad, get_ulysses_sequence_parallel_world_size
+
+    sp = get_ulysses_sequence_parallel_world_size()
+    if sp <= 1:
+        return values
+    return gather_outputs_and_unpad(values, gather_dim=0, unpad_dim=0, padding_size=values.shape[0] * sp - n_tokens)

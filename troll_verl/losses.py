@@ -11,127 +11,56 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""The TROLL policy loss (arXiv:2510.03817 §4, §7) on padded ``(bsz, resp_len[, S + 1])`` tensors.
+"""The TROLL policy loss (arXiv:2510.03817 §4, §7) and its engine hooks.
 
     J = E[ mean_t  π(o_t)/π_old(o_t) · A_t ]  −  α · KL(π̃ ‖ sg(π))                              # TROLL §4
 
-π is the per-token KL projection of the current policy π̃ (:func:`troll_verl.projection.project`) on the
-sparse support built by :mod:`troll_verl.sparse`. There is no clipping. Aggregation goes only through verl's
+π is the per-token KL projection of the current policy π̃ (:func:`project`) on the sparse support built from the
+logits (TROLL §5). There is no clipping. Aggregation goes only through verl's
 ``agg_loss(..., **config.global_batch_info)``, so every ``loss_agg_mode`` and data-parallel split is honoured.
+
+TROLL needs the token distributions, not only the sampled tokens' log-probs, so it runs where the logits live, as
+hooks inside the engine's forward pass (verl's policy-loss logits hook, ``PolicyLossSpec``)::
+
+    old-log-prob pass (forward only)
+      logits ─ troll_old_pass_fn ─→ old top-K ids, log-probs, tail per row ─→ stored response-aligned (OLD_FIELDS)
+    update pass
+      logits ─ troll_logits_fn ─→ union support ─→ projection ─→ per-token terms per row (TROLL_LOGITS_OUTPUT_KEYS)
+             ─→ verl: SP/CP gather, nest, pad ─→ compute_policy_loss_troll ─→ verl's ppo_loss: entropy, KL to ref
+
+The backend functions (``fsdp/losses.py``, ``megatron/losses.py``) share one signature and are picked by
+``config.strategy``. TROLL's settings are ``config.policy_loss.troll`` (:class:`TrollConfig`).
 """
 
-from __future__ import annotations
-
-from typing import Any, NamedTuple
+from typing import Any
 
 import torch
+from tensordict import TensorDict
 from verl.trainer.ppo.core_algos import agg_loss
 from verl.utils import torch_functional as verl_F
+from verl.utils.metric import AggregationType, Metric
 
-from .config import TrollPolicyLossConfig, troll_settings
-from .projection import full_precision, project
+from .layout import OLD_FIELDS
 from .sparse import SparseSupport
+from .terms import TROLL_LOGITS_OUTPUT_KEYS, TrollTokenTerms, troll_token_terms
 
 __all__ = [
     "TrollTokenTerms",
     "troll_token_terms",
     "troll_policy_objective",
     "compute_policy_loss_troll",
+    "troll_logits_fn",
+    "troll_old_pass_fn",
+    "troll_backend",
+    "TROLL_LOGITS_OUTPUT_KEYS",
+    "TROLL_SPEC_FIELDS",
     "MAX_METRICS",
 ]
 
 # Metrics that must be reduced with max (not mean) across micro-batches and ranks.
-MAX_METRICS = frozenset({"troll/kl_after_max", "troll/eta_max", "troll/bound_violation_max"})
-
-
-class TrollTokenTerms(NamedTuple):
-    """Per-token TROLL quantities, all of the same shape (e.g. ``(N,)`` or ``(bsz, T)``).
-
-    ``proj_log_prob``, ``log_prob`` and ``regression`` carry gradients; the rest are detached diagnostics.
-
-    Attributes:
-        proj_log_prob: log π(o_t), the projected log-prob of the sampled token.
-        log_prob: log π̃(o_t), the current (unprojected) log-prob of the sampled token.
-        regression: KL(π̃ ‖ sg π) on the support plus tail (TROLL §4).
-        kl_before: KL(π̃ ‖ π_old).   kl_after: KL(π ‖ π_old).   eta: η*.
-        projected: 1.0 where the token was projected.   support_size: union size without the tail.
-        covered_mass: mass of π̃ on the union.
-    """
-
-    proj_log_prob: torch.Tensor
-    log_prob: torch.Tensor
-    regression: torch.Tensor
-    kl_before: torch.Tensor
-    kl_after: torch.Tensor
-    eta: torch.Tensor
-    projected: torch.Tensor
-    support_size: torch.Tensor
-    covered_mass: torch.Tensor
-
-    def map(self, fn) -> TrollTokenTerms:
-        """Apply ``fn`` to every field (e.g. reshape, pad)."""
-        return TrollTokenTerms(*(fn(t) for t in self))
-
-
-@full_precision
-def troll_token_terms(
-    support: SparseSupport, cfg: TrollPolicyLossConfig, row_mask: torch.Tensor | None = None
-) -> tuple[TrollTokenTerms, int]:
-    """Project every token and form its TROLL terms (TROLL §1–4), on any leading shape.
-
-    Args:
-        support: :class:`SparseSupport` with ``(..., S + 1)`` fields.
-        cfg: TROLL settings.
-        row_mask: optional bool ``(...)``: tokens outside it are not projected (identity, zero terms).
-
-    Returns:
-        ``(terms, solver_iters)``: :class:`TrollTokenTerms` of shape ``(...)`` and the solver's iteration count.
-    """
-    new_lp = support.new_logprobs
-    sup_mask = support.mask if row_mask is None else support.mask & row_mask[..., None]
-    if cfg.tail == "renormalize":
-        # NOTE: the paper's treatment (ablation): drop the tail bucket and renormalise on the union support.
-        sup_mask = sup_mask.clone()
-        sup_mask[..., -1] = False
-        lse = torch.logsumexp(new_lp.masked_fill(~sup_mask, float("-inf")), dim=-1, keepdim=True)
-        new_lp = new_lp - torch.where(torch.isfinite(lse), lse, 0.0)
-
-    # TROLL §1-3: per-token projection onto KL(π ‖ π_old) ≤ ε, differentiable through η*.
-    proj = project(
-        new_lp,
-        support.old_logprobs,
-        cfg.kl_bound,
-        mask=sup_mask,
-        solver=cfg.solver,
-        max_iter=cfg.solver_max_iter,
-        tol=cfg.solver_tol,
-        eta_max=cfg.eta_max,
-    )
-    idx = support.sampled_index[..., None]
-    # TROLL §4: regression of the raw output onto its own projection, KL(π̃ ‖ sg π) on S + tail.
-    # NOTE: computed on projected rows only. On a row inside the ball π = π̃ exactly (η = 0), so the term is zero
-    # in value and in exact gradient; its floating-point gradient, π̃_a (1 − Σ_b π̃_b) w.r.t. log π̃_a, is rounding
-    # noise (~1e-6 per row in fp32) that Adam normalises into a full-size step, moving a policy whose advantages
-    # are all zero. Masking keeps the loss the same function with an exactly zero gradient there.
-    reg_mask = sup_mask & proj.projected[..., None]
-    reg = torch.where(reg_mask, torch.exp(new_lp) * (new_lp - proj.logprobs.detach()), 0.0).sum(-1)
-    with torch.no_grad():
-        projected = proj.projected.to(new_lp.dtype)
-        eta = torch.where(proj.projected, proj.eta, 0.0)
-        support_size = support.mask[..., :-1].sum(-1).to(new_lp.dtype)
-        covered = 1.0 - torch.exp(support.new_logprobs[..., -1])
-    terms = TrollTokenTerms(
-        proj_log_prob=proj.logprobs.gather(-1, idx).squeeze(-1),
-        log_prob=new_lp.gather(-1, idx).squeeze(-1),
-        regression=reg,
-        kl_before=proj.kl_before,
-        kl_after=proj.kl_after,
-        eta=eta,
-        projected=projected,
-        support_size=support_size,
-        covered_mass=covered,
-    )
-    return terms, proj.num_iters
+MAX_METRICS = frozenset({"troll/kl_after_max", "troll/eta_max", "troll/bound_violation_max", "troll/solver_iters"})
+# Metrics of the loss's parts: normalised like the loss, so aggregated like verl's actor/pg_loss.
+LOSS_METRICS = frozenset({"troll/pg_loss", "troll/regression_loss"})
 
 
 def troll_policy_objective(
@@ -153,14 +82,14 @@ def troll_policy_objective(
         terms: :class:`TrollTokenTerms` of shape ``(bsz, T)``.
         old_log_prob, advantages, response_mask: ``(bsz, T)``.
         loss_agg_mode: verl's aggregation mode.
-        config: verl ``ActorConfig``; settings from ``config.policy_loss``, normalisation from
+        config: verl ``ActorConfig``; settings from ``config.policy_loss.troll``, normalisation from
             ``config.global_batch_info`` (through ``agg_loss``).
         rollout_is_weights: optional ``(bsz, T)``, applied to the policy-gradient term only.
 
     Returns:
         ``(loss, metrics)`` with float metrics (keys in :data:`MAX_METRICS` are maxima).
     """
-    cfg = troll_settings(config)
+    cfg = config.policy_loss.troll
     mask = response_mask.bool()
     proj_log_prob = terms.proj_log_prob
     old_log_prob = torch.where(mask, old_log_prob, 0.0)
@@ -190,61 +119,181 @@ def troll_policy_objective(
     return loss, metrics
 
 
+# ------------------------------------------------------------------------------------------------------------
+# the engine hooks (verl's PolicyLossSpec): called with the logits of one micro-batch inside the forward pass
+# ------------------------------------------------------------------------------------------------------------
+def troll_backend(strategy: str):
+    """The backend module with ``compute_troll_old_topk`` / ``compute_troll_token_terms`` for an actor strategy."""
+    match strategy:
+        case "fsdp" | "fsdp2":
+            from .fsdp import losses
+        case "megatron":
+            from .megatron import losses
+        case _:
+            raise NotImplementedError(
+                f"TROLL supports actor strategies fsdp, fsdp2 and megatron, got {strategy!r}; "
+                "set actor_rollout_ref.actor.strategy=fsdp2."
+            )
+    return losses
+
+
+def troll_logits_fn(
+    logits: torch.Tensor, data: TensorDict, config: Any, data_format: str = "thd"
+) -> dict[str, torch.Tensor]:
+    """Update-pass hook: TROLL's per-token terms from the logits of one micro-batch (TROLL §1–5).
+
+    Args:
+        logits: temperature-scaled logits, ``(1, L, V)`` on FSDP (packed; under Ulysses SP this rank's shard),
+            vocab- and context-parallel on Megatron.
+        data: the micro-batch, carrying the old pass's :data:`~troll_verl.layout.OLD_FIELDS` and ``old_log_probs``.
+        config: verl ``ActorConfig`` (``strategy``; settings in ``policy_loss.troll``).
+        data_format: ``"thd"`` or ``"bshd"`` (Megatron's layout).
+
+    Returns:
+        Per-row tensors shaped like the logits' leading dims: ``"log_probs"`` (the sampled tokens' current
+        log-probs, with gradient) and every key of :data:`TROLL_LOGITS_OUTPUT_KEYS`; rows that do not predict a
+        response token hold 0.
+    """
+    cfg = config.policy_loss.troll
+    outputs = troll_backend(config.strategy).compute_troll_token_terms(logits, data, cfg, data_format)
+    # what the old-log-prob pass stored per response token and reached this update (measured)
+    lengths = data["response_mask"].offsets().diff() if data["response_mask"].is_nested else None
+    n_tokens = int(lengths.sum()) if lengths is not None else int(data["response_mask"].sum())
+    stored = sum(_nbytes(data[key]) for key in OLD_FIELDS)
+    ref = outputs["log_probs"]
+    outputs["troll_old_bytes_per_token"] = torch.full_like(ref, stored / max(n_tokens, 1), dtype=torch.float32)
+    return outputs
+
+
+def troll_old_pass_fn(
+    logits: torch.Tensor, data: TensorDict, config: Any, data_format: str = "thd"
+) -> dict[str, torch.Tensor]:
+    """Old-log-prob-pass hook: the old policy's sparse top-K at every row (TROLL §5).
+
+    Args: as :func:`troll_logits_fn` (no gradient).
+
+    Returns:
+        ``{"troll_old_ids": (..., K) int32, "troll_old_logprobs": (..., K), "troll_old_tail": (...) fp32}`` per
+        row (-1 / 0 off response rows); verl keeps the response rows and stores them next to ``old_log_probs``.
+    """
+    return troll_backend(config.strategy).compute_troll_old_topk(logits, data, config.policy_loss.troll, data_format)
+
+
+def _nbytes(tensor: torch.Tensor) -> int:
+    return (tensor.values() if tensor.is_nested else tensor).numel() * tensor.element_size()
+
+
+# What loss "troll" asks of verl's engine: the fields of verl's ``core_algos.PolicyLossSpec`` (hooks on the logits of
+# the old-log-prob and update passes, the outputs they hand on, and its own log-probs in place of the engine's).
+TROLL_SPEC_FIELDS = dict(
+    logits_fn=troll_logits_fn,
+    logits_output_keys=TROLL_LOGITS_OUTPUT_KEYS,
+    provides_log_probs=True,
+    old_pass_fn=troll_old_pass_fn,
+    old_pass_keys=OLD_FIELDS,
+)
+
+
 def compute_policy_loss_troll(
     old_log_prob: torch.Tensor,
-    log_prob: torch.Tensor | None,
+    log_prob: torch.Tensor,
     advantages: torch.Tensor,
     response_mask: torch.Tensor,
     loss_agg_mode: str = "token-mean",
     config: Any = None,
     rollout_is_weights: torch.Tensor | None = None,
+    logits_outputs: dict[str, torch.Tensor] | None = None,
     support: SparseSupport | None = None,
 ) -> tuple[torch.Tensor, dict[str, Any]]:
-    """Compute the TROLL policy objective and its metrics from a padded sparse support.
+    """Compute the TROLL policy objective (trust-region projection instead of ratio clipping) and its metrics.
 
-    See https://arxiv.org/abs/2510.03817 (TROLL). The signature is verl's ``PolicyLossFn`` plus ``support``; in a
-    verl run the engine-side path (:mod:`troll_verl.loss_fn`) computes the same terms where the logits live.
+    See https://arxiv.org/abs/2510.03817 (TROLL). verl's ``ppo_loss`` calls it with the per-token terms that
+    :func:`troll_logits_fn` computed inside the forward pass (``logits_outputs``); called directly, it computes them
+    from a padded sparse support.
 
     Args:
         old_log_prob: ``(bsz, T)`` old log-prob of the sampled tokens (the old-log-prob pass).
-        log_prob: ``(bsz, T)`` current log-prob of the sampled tokens; unused (kept for the ``PolicyLossFn``
-            signature; the value inside ``support`` is used).
+        log_prob: ``(bsz, T)`` current (unprojected) log-prob of the sampled tokens.
         advantages: ``(bsz, T)`` advantages.
         response_mask: ``(bsz, T)`` mask of the tokens that enter the loss.
         loss_agg_mode: verl's aggregation mode (token-mean, token-sum, seq-mean-token-sum, seq-mean-token-mean,
             seq-mean-token-sum-norm).
-        config: verl ``ActorConfig``; TROLL's settings come from ``config.policy_loss`` (see
-            :func:`troll_verl.config.troll_settings`) and ``config.global_batch_info`` feeds ``agg_loss``.
+        config: verl ``ActorConfig``; TROLL's settings are ``config.policy_loss.troll`` and
+            ``config.global_batch_info`` feeds ``agg_loss``.
         rollout_is_weights: optional ``(bsz, T)`` rollout-correction weights, applied to the policy-gradient
             term. NOTE: not to the regression term, which is a full-distribution KL at the visited state and does
             not depend on the sampled token.
-        support: :class:`troll_verl.sparse.SparseSupport` with ``(bsz, T, S + 1)`` fields (current policy with
-            gradient, old policy, mask, sampled positions).
+        logits_outputs: ``{key: (bsz, T)}`` for the keys in :data:`TROLL_LOGITS_OUTPUT_KEYS`, from verl.
+        support: instead of ``logits_outputs``, a sparse support with ``(bsz, T, S + 1)`` fields (current policy
+            with gradient, old policy, mask, sampled positions); ``log_prob`` is then taken from it.
 
     Returns:
-        ``(loss, metrics)``: the scalar loss to minimise and a dict of floats (keys in :data:`MAX_METRICS` are
-        maxima).
+        ``(loss, metrics)``: the scalar loss to minimise and its metrics; maxima (:data:`MAX_METRICS`) and the
+        loss's parts (:data:`LOSS_METRICS`) come as ``Metric`` with their aggregation, the rest as floats (mean).
     """
     if config is None:
         raise ValueError("compute_policy_loss_troll needs the actor config (config=...).")
-    if support is None:
-        raise ValueError(
-            "loss_mode=troll needs the sparse top-K distributions of both policies, which verl's generic policy-loss "
-            "call (ppo_loss) does not provide. Run verl through TROLL's trainer: add "
-            "trainer.v1.trainer_mode=troll to your overrides (or launch with python -m troll_verl.main)."
-        )
+    cfg = config.policy_loss.troll
     mask = response_mask.bool()
-    if support.new_logprobs.shape[:-1] != mask.shape:
-        raise ValueError(
-            f"support fields must have shape (bsz, T, S + 1) matching response_mask {tuple(mask.shape)}, got "
-            f"{tuple(support.new_logprobs.shape)}; reshape the support with SparseSupport.reshape(bsz, T)."
+    extra = {}
+    if logits_outputs is not None:
+        missing = [key for key in TROLL_LOGITS_OUTPUT_KEYS if key not in logits_outputs]
+        if missing:
+            raise ValueError(f"logits_outputs lacks {missing}: they come from troll_logits_fn in the forward pass.")
+        terms = TrollTokenTerms(
+            log_prob=log_prob,
+            **{name: logits_outputs[f"troll_{name}"] for name in TrollTokenTerms._fields if name != "log_prob"},
         )
-    terms, iters = troll_token_terms(support, troll_settings(config), row_mask=mask)
+        iters = logits_outputs["troll_solver_iters"]
+        iters = float(iters[mask].max()) if bool(mask.any()) else 0.0
+        extra["troll/old_topk_bytes_per_token"] = _masked_mean(logits_outputs["troll_old_bytes_per_token"], mask)
+    elif support is not None:
+        if support.new_logprobs.shape[:-1] != mask.shape:
+            raise ValueError(
+                f"support fields must have shape (bsz, T, S + 1) matching response_mask {tuple(mask.shape)}, got "
+                f"{tuple(support.new_logprobs.shape)}; reshape the support with SparseSupport.reshape(bsz, T)."
+            )
+        terms, iters = troll_token_terms(support, cfg, row_mask=mask)
+    else:
+        raise ValueError(
+            "loss_mode=troll needs the token distributions, not only the sampled tokens' log-probs: its terms are "
+            "computed by troll_logits_fn inside the engine's forward pass (logits_outputs=), which needs an engine "
+            "with the policy-loss logits hook and use_fused_kernels=False."
+        )
     loss, metrics = troll_policy_objective(
         terms, old_log_prob, advantages, mask, loss_agg_mode, config, rollout_is_weights
     )
     metrics["troll/solver_iters"] = float(iters)
-    return loss, metrics
+    metrics.update(extra)
+    return loss, _with_aggregation(metrics, config.global_batch_info)
+
+
+def _masked_mean(values: torch.Tensor, mask: torch.Tensor) -> float:
+    return float(verl_F.masked_mean(values.float(), mask)) if bool(mask.any()) else 0.0
+
+
+def _with_aggregation(metrics: dict[str, float], global_batch_info: dict) -> dict[str, Any]:
+    """Wrap the metrics that do not average across micro-batches and ranks in a ``Metric`` naming how they combine.
+
+    The loss's parts follow verl's rule for ``actor/pg_loss``: normalised by the global batch (as ``agg_loss`` does
+    whenever any global batch information is set) they are partial sums, so they add up.
+    """
+    global_norm = (
+        global_batch_info.get("dp_size", 1) > 1
+        or global_batch_info.get("batch_num_tokens") is not None
+        or global_batch_info.get("global_batch_size") is not None
+        or global_batch_info.get("loss_scale_factor") is not None
+    )
+    loss_aggregation = AggregationType.SUM if global_norm else AggregationType.MEAN
+    out: dict[str, Any] = {}
+    for key, value in metrics.items():
+        if key in MAX_METRICS:
+            out[key] = Metric(AggregationType.MAX, value)
+        elif key in LOSS_METRICS:
+            out[key] = Metric(loss_aggregation, value)
+        else:
+            out[key] = value
+    return out
 
 
 @torch.no_grad()

@@ -21,6 +21,8 @@ alternative is ``VERL_USE_EXTERNAL_MODULES=troll_verl.plugin``. Either way :func
 what                        verl registry                             when
 ==========================  ========================================  =====================================
 policy loss ``troll``       ``core_algos.POLICY_LOSS_REGISTRY``       when ``verl.trainer.ppo.core_algos`` loads
+(with its logits hooks                                                (the hooks: only where verl has the
+as ``PolicyLossSpec``)                                                policy-loss logits seam, see below)
 trainer ``troll``           ``ppo.v1.trainer_base.TRAINER_REGISTRY``  when ``verl.trainer.ppo.v1`` loads
 platform ``cpu``            ``plugin.platform.PlatformRegistry``      now, only with ``VERL_PLATFORM=cpu``
 FSDP engines for ``cpu``    ``workers.engine.EngineRegistry``         when ``verl.workers.engine`` loads, only
@@ -32,6 +34,12 @@ refit, replaces verl's)                                               loads, onl
 Registrations wait for their registry's module (a post-import hook) so that ``import verl`` stays cheap: the
 trainer module alone costs ~2 s, paid only by the process that runs the trainer. verl overwrites policy losses
 silently, so a name already taken by someone else is refused here.
+
+**Two routes.** Where verl has the policy-loss logits seam (``core_algos.PolicyLossSpec``: upstream PR 1, see
+``upstream/``), loss ``troll`` is registered with its hooks (:func:`troll_verl.losses.troll_logits_fn`,
+:func:`troll_verl.losses.troll_old_pass_fn`) and verl's engines, workers, trainers and ``ppo_loss`` run TROLL
+unchanged (:func:`troll_verl.seam.seam_available`). On verl 0.9 as released, TROLL's worker and trainer route the
+passes through verl's distillation logits hook instead (:mod:`troll_verl.loss_fn`).
 """
 
 from __future__ import annotations
@@ -42,6 +50,8 @@ import logging
 import sys
 import threading
 from collections.abc import Callable
+
+from .seam import seam_available
 
 logger = logging.getLogger(__name__)
 
@@ -157,20 +167,63 @@ def when_imported(module_name: str, callback: Callable) -> None:
 # ------------------------------------------------------------------------------------------------------------
 # the registrations
 # ------------------------------------------------------------------------------------------------------------
+def _troll_config(config):
+    """The actor config, refused with the fix named where it carries no TROLL settings (``policy_loss.troll``)."""
+    if not hasattr(config.policy_loss, "troll"):
+        raise ValueError(
+            "loss_mode=troll reads its settings from troll_verl.config.TrollPolicyLossConfig, but the actor's "
+            f"policy_loss is {type(config.policy_loss).__name__}. Run through TROLL's trainer "
+            "(trainer.v1.trainer_mode=troll, or python -m troll_verl.main), or set "
+            "actor_rollout_ref.actor.policy_loss._target_=troll_verl.config.TrollPolicyLossConfig."
+        )
+    return config
+
+
 def troll_policy_loss(
     old_log_prob, log_prob, advantages, response_mask, loss_agg_mode="token-mean", config=None,
     rollout_is_weights=None, **kwargs,
 ):  # fmt: skip
     """verl's ``PolicyLossFn`` entry for ``loss_mode=troll``: :func:`troll_verl.losses.compute_policy_loss_troll`.
 
-    (A thin forwarder so that registering never imports the loss module while verl's registry module is still
-    loading.) Called by verl's generic ``ppo_loss`` it raises, explaining that TROLL's trainer is needed.
+    (A thin forwarder, so that registering never imports the loss module while verl's registry module is still
+    loading.) Through the seam verl's ``ppo_loss`` passes TROLL's terms as ``logits_outputs``; without it they come
+    from TROLL's final loss call (:func:`troll_verl.loss_fn.legacy_policy_loss`).
     """
+    if "logits_outputs" not in kwargs and "support" not in kwargs and not seam_available():
+        from .loss_fn import legacy_policy_loss
+
+        return legacy_policy_loss(
+            old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, config, rollout_is_weights
+        )
     from .losses import compute_policy_loss_troll
 
     return compute_policy_loss_troll(
-        old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, config, rollout_is_weights, **kwargs
+        old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, _troll_config(config), rollout_is_weights,
+        **kwargs,
     )
+
+
+def troll_logits_hook(logits, data, config, data_format="thd"):
+    """The seam's update-pass hook for ``troll``: :func:`troll_verl.losses.troll_logits_fn` (a lazy forwarder)."""
+    from .losses import troll_logits_fn
+
+    return troll_logits_fn(logits, data, _troll_config(config), data_format)
+
+
+def troll_old_pass_hook(logits, data, config, data_format="thd"):
+    """The seam's old-log-prob-pass hook for ``troll``: :func:`troll_verl.losses.troll_old_pass_fn` (lazy)."""
+    from .losses import troll_old_pass_fn
+
+    return troll_old_pass_fn(logits, data, _troll_config(config), data_format)
+
+
+def troll_policy_loss_spec(core_algos):
+    """TROLL's ``PolicyLossSpec`` on a verl with the seam (:data:`troll_verl.losses.TROLL_SPEC_FIELDS`), its hooks
+    behind the forwarders that check the actor config carries TROLL's settings."""
+    from .losses import TROLL_SPEC_FIELDS
+
+    fields = {**TROLL_SPEC_FIELDS, "logits_fn": troll_logits_hook, "old_pass_fn": troll_old_pass_hook}
+    return core_algos.PolicyLossSpec(**fields)
 
 
 def _register_policy_loss(core_algos) -> None:
@@ -180,7 +233,10 @@ def _register_policy_loss(core_algos) -> None:
             f"verl's policy-loss registry already has {POLICY_LOSS_NAME!r} ({existing.__module__}."
             f"{existing.__qualname__}); verl would silently overwrite it. Uninstall the other plugin."
         )
-    core_algos.register_policy_loss(POLICY_LOSS_NAME)(troll_policy_loss)
+    if hasattr(core_algos, "PolicyLossSpec"):
+        core_algos.register_policy_loss(POLICY_LOSS_NAME, spec=troll_policy_loss_spec(core_algos))(troll_policy_loss)
+    else:
+        core_algos.register_policy_loss(POLICY_LOSS_NAME)(troll_policy_loss)
 
 
 def _register_trainer(_v1_package) -> None:

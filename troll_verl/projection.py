@@ -174,12 +174,18 @@ def full_precision(fn):
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         with contextlib.ExitStack() as stack:
-            for device_type in ("cpu", "cuda"):
+            for device_type in _autocast_device_types():
                 if torch.is_autocast_enabled(device_type):
                     stack.enter_context(torch.autocast(device_type=device_type, enabled=False))
             return fn(*args, **kwargs)
 
     return wrapper
+
+
+def _autocast_device_types() -> tuple[str, ...]:
+    """The CPU and, where there is one, this machine's accelerator (CUDA, NPU, ...): where autocast may be on."""
+    accelerator = torch.accelerator.current_accelerator() if torch.accelerator.is_available() else None
+    return ("cpu",) if accelerator is None else ("cpu", accelerator.type)
 
 
 def compute_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -357,6 +363,7 @@ class _KLProjection(torch.autograd.Function):
     @staticmethod
     @full_precision
     def forward(ctx, new, old, mask, kl_bound, solver, max_iter, tol, eta_max):
+        """Solve η* per row and return the projected log-probs with the solver's diagnostics (class docstring)."""
         lo, s, kl_before, valid, row_ok = _prepare(new, old, mask)
         cdt = lo.dtype
         # NOTE: inside/outside is decided against the solver's own target (ε less its margins), so that "the bound
@@ -414,6 +421,7 @@ class _KLProjection(torch.autograd.Function):
     @once_differentiable
     @full_precision
     def backward(ctx, grad_out, *_):
+        """∂L/∂log π̃ by the implicit function theorem at η* (the derivation is in the class docstring)."""
         new, old, mask, idx, w_p, bad = ctx.saved_tensors
         if not ctx.needs_input_grad[0]:
             return (None,) * 8

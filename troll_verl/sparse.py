@@ -134,11 +134,13 @@ class SparseSupport(NamedTuple):
 # argument checks
 # ----------------------------------------------------------------------------------------------------------
 def check_old_estimate(old_estimate: str) -> None:
+    """Raise ``ValueError`` unless ``old_estimate`` is one of :data:`OLD_ESTIMATES`."""
     if old_estimate not in OLD_ESTIMATES:
         raise ValueError(f"old_estimate must be one of {OLD_ESTIMATES}, got {old_estimate!r}.")
 
 
 def check_support_args(topk: int, mass_delta: float, floor: float | None = None) -> None:
+    """Raise ``ValueError`` naming the argument when ``topk``, ``mass_delta`` or ``floor`` is out of range."""
     if not isinstance(topk, int) or isinstance(topk, bool) or topk < 1:
         raise ValueError(f"topk must be an int >= 1 (the paper uses 64), got {topk!r}.")
     if not isinstance(mass_delta, (int, float)) or not (0.0 < mass_delta < 1.0):
@@ -156,6 +158,7 @@ def _check_logits(name: str, logits: torch.Tensor) -> None:
 
 
 def check_rows(rows: torch.Tensor, n_logits: int) -> int:
+    """Check that ``rows`` is a 1-D int64 index into the ``n_logits`` rows of the logits; return its length."""
     if not isinstance(rows, torch.Tensor) or rows.dim() != 1 or rows.dtype != torch.long:
         raise ValueError(f"rows must be a 1-D int64 tensor of row indices, got {getattr(rows, 'dtype', type(rows))}.")
     if rows.numel() and (int(rows.min()) < 0 or int(rows.max()) >= n_logits):
@@ -164,6 +167,7 @@ def check_rows(rows: torch.Tensor, n_logits: int) -> int:
 
 
 def chunk_rows(n_rows: int, vocab: int, chunk_size: int | None) -> int:
+    """Rows per chunk: ``chunk_size`` if given, else as many as fit :data:`DEFAULT_CHUNK_BYTES` of fp32 logits."""
     if chunk_size is not None:
         if not isinstance(chunk_size, int) or chunk_size < 1:
             raise ValueError(f"chunk_size must be a positive int (tokens per chunk) or None, got {chunk_size!r}.")
@@ -464,6 +468,7 @@ class _SparseFromLogits(torch.autograd.Function):
     @staticmethod
     @full_precision
     def forward(ctx, logits, rows, old_ids, old_lp, sampled, sampled_old_lp, k, mass_delta, log_floor, step):
+        """Chunked forward: union support, current log-probs on it and the tail (see the class docstring)."""
         V = logits.shape[1]
         N = logits.shape[0] if rows is None else rows.shape[0]
         cdt = compute_dtype(logits.dtype)
@@ -480,6 +485,7 @@ class _SparseFromLogits(torch.autograd.Function):
     @once_differentiable
     @full_precision
     def backward(ctx, g_new, g_tail, *_):
+        """∂L/∂z written chunk by chunk into the gradient of the logits (derivation in the class docstring)."""
         logits, rows, *saved = ctx.saved_tensors
         if not ctx.needs_input_grad[0]:
             return (None,) * 10
@@ -586,6 +592,7 @@ def assemble_support(
 
 
 def check_sparse_inputs(n_rows: int, sampled: torch.Tensor, old: OldTopK, sampled_old_lp: torch.Tensor) -> None:
+    """Raise ``ValueError`` unless the sampled tokens and the old top-K have one entry per row."""
     if sampled.shape != (n_rows,) or sampled_old_lp.shape != (n_rows,):
         raise ValueError(
             f"sampled_ids and old_sampled_logprob must have shape ({n_rows},) (one per token), got "

@@ -17,11 +17,13 @@ Selected with ``trainer.v1.trainer_mode=troll`` (``python -m troll_verl.main`` p
 ``sync`` trainer (colocated rollout, synchronous updates) and runs with ``trainer_mode`` reset to ``sync``, so
 every sync code path of verl behaves as usual. On top it
 
-- validates the TROLL settings and refuses configurations TROLL cannot run, naming the setting to change;
+- validates the TROLL settings and refuses configurations TROLL cannot run, naming the setting to change, and
+  selects TROLL's settings class where verl's stock policy-loss config is named;
 - uses :class:`~troll_verl.workers.TrollActorRolloutRefWorker` (and :class:`~troll_verl.workers.
   TrollTrainingWorker` for the critic), which are verl's workers plus inert-by-default TROLL flags;
-- tags the old-log-prob pass (store the old top-K), keeps the flag off on the reference pass, and tags the
-  update pass.
+- on verl 0.9 as released, tags the old-log-prob pass (store the old top-K), keeps the flag off on the reference
+  pass, and tags the update pass. Where verl has the policy-loss logits seam, verl's own trainer tags the passes
+  (:func:`troll_verl.seam.seam_available`) and these overrides step aside.
 
 With ``loss_mode`` other than ``troll`` it behaves exactly like verl's sync trainer (used for the clip baselines).
 """
@@ -37,8 +39,9 @@ from verl.trainer.ppo.v1.trainer_base import TRAINER_REGISTRY
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from verl.workers.engine_workers import ActorRolloutRefWorker, TrainingWorker
 
-from .config import troll_loss_enabled, validate_troll_config
+from .config import troll_loss_enabled, use_troll_policy_loss_config, validate_troll_config
 from .platform.cpu import cpu_platform_requested
+from .seam import seam_available
 from .workers import TROLL_OLD_PASS_KEY, TROLL_UPDATE_KEY, TrollActorRolloutRefWorker, TrollTrainingWorker
 
 logger = logging.getLogger(__name__)
@@ -66,6 +69,10 @@ class TrollTrainer(PPOTrainerSync):
             config.trainer.v1.trainer_mode = "sync"
         self.troll_enabled = troll_loss_enabled(config)
         self.troll_settings = validate_troll_config(config) if self.troll_enabled else None
+        if self.troll_enabled:
+            use_troll_policy_loss_config(config)
+        # TROLL's own pass flags, only where verl lacks the policy-loss logits seam
+        self.troll_flags = self.troll_enabled and not seam_available()
         super().__init__(config)
         if cpu_platform_requested():
             # NOTE: verl's replay buffer polls the TransferQueue every 2 s, which dominates a CPU step (~0.7 s).
@@ -81,7 +88,7 @@ class TrollTrainer(PPOTrainerSync):
                 self.role_worker_mapping[role] = ray.remote(swap[original])
 
     def _compute_old_log_prob(self, batch, metrics: dict):
-        if not self.troll_enabled:
+        if not self.troll_flags:
             return super()._compute_old_log_prob(batch, metrics)
         batch.extra_info[TROLL_OLD_PASS_KEY] = True
         try:
@@ -94,11 +101,12 @@ class TrollTrainer(PPOTrainerSync):
 
     def _compute_ref_log_prob(self, batch, metrics: dict):
         # The reference pass (also LoRA's reference-through-actor pass) must never store TROLL's old top-K.
-        batch.extra_info[TROLL_OLD_PASS_KEY] = False
+        if self.troll_flags:
+            batch.extra_info[TROLL_OLD_PASS_KEY] = False
         return super()._compute_ref_log_prob(batch, metrics)
 
     def _update_actor(self, batch, metrics: dict):
-        if not self.troll_enabled:
+        if not self.troll_flags:
             return super()._update_actor(batch, metrics)
         batch.extra_info[TROLL_UPDATE_KEY] = True
         try:

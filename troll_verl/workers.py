@@ -13,8 +13,10 @@
 # limitations under the License.
 """TROLL's verl worker classes: verl's own workers plus the flags of TROLL's two passes.
 
-:class:`TrollActorRolloutRefWorker` is verl's ``ActorRolloutRefWorker`` with three additions, all inert unless the
-trainer asks for them:
+Where verl has the policy-loss logits seam (:func:`troll_verl.seam.seam_available`), verl's own worker sets the
+seam's flags for loss ``troll`` and these classes add only the CPU platform's process group. On verl 0.9 as
+released, :class:`TrollActorRolloutRefWorker` is verl's ``ActorRolloutRefWorker`` with three additions, all inert
+unless the trainer asks for them:
 
 - ``init_model`` installs :class:`~troll_verl.loss_fn.TrollLossFn` on the actor when ``loss_mode=troll``;
 - ``compute_log_prob`` with ``troll_store_old_topk`` (set by TROLL's trainer on the old-log-prob pass only) turns
@@ -37,6 +39,7 @@ from verl.workers.engine_workers import ActorRolloutRefWorker, TrainingWorker
 
 from .loss_fn import TROLL_MODE_KEY, TrollLossFn
 from .platform.cpu import init_cpu_process_group
+from .seam import seam_available
 
 __all__ = ["TrollActorRolloutRefWorker", "TrollTrainingWorker", "TROLL_OLD_PASS_KEY", "TROLL_UPDATE_KEY"]
 
@@ -65,18 +68,20 @@ class TrollActorRolloutRefWorker(ActorRolloutRefWorker):
         init_cpu_process_group()
         super().__init__(config, role, distillation_config=distillation_config, **kwargs)
         self.troll_loss_fn: TrollLossFn | None = None
+        # where verl has the policy-loss logits seam, verl's own worker sets the passes' flags: TROLL's step aside
+        self.troll_flags = not seam_available()
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def init_model(self):
         super().init_model()
-        if self._is_actor and troll_enabled(self.config.actor):
+        if self._is_actor and troll_enabled(self.config.actor) and self.troll_flags:
             self.troll_loss_fn = TrollLossFn(omega_conf_to_dataclass(self.config.actor))
             self.loss_fn = self.troll_loss_fn
             self.actor.set_loss_fn(self.troll_loss_fn)
 
     @register(dispatch_mode=make_nd_compute_dataproto_dispatch_fn(mesh_name="actor"))
     def compute_log_prob(self, data: TensorDict) -> TensorDict:
-        if tu.get_non_tensor_data(data=data, key=TROLL_OLD_PASS_KEY, default=False):
+        if self.troll_flags and tu.get_non_tensor_data(data=data, key=TROLL_OLD_PASS_KEY, default=False):
             if tu.get_non_tensor_data(data=data, key="no_lora_adapter", default=False):
                 raise RuntimeError(
                     "A reference pass (no_lora_adapter=True) asked to store TROLL's old top-K; it would overwrite "
@@ -90,7 +95,7 @@ class TrollActorRolloutRefWorker(ActorRolloutRefWorker):
 
     @register(dispatch_mode=make_nd_compute_dataproto_dispatch_fn(mesh_name="actor"))
     def update_actor(self, data: TensorDict) -> TensorDict:
-        if tu.get_non_tensor_data(data=data, key=TROLL_UPDATE_KEY, default=False):
+        if self.troll_flags and tu.get_non_tensor_data(data=data, key=TROLL_UPDATE_KEY, default=False):
             if self.troll_loss_fn is None:
                 raise RuntimeError("TROLL's update pass needs loss_mode=troll on the actor (init_model).")
             tu.assign_non_tensor(

@@ -33,10 +33,8 @@ Context parallelism: the engine-facing functions split TROLL's per-sequence tens
 with the engine's CP-split logits. The stored old top-K travels response-aligned, as on FSDP.
 
 The entry points :func:`compute_troll_old_topk` and :func:`compute_troll_token_terms` have the same names and
-signatures as in :mod:`troll_verl.fsdp.losses`.
+signatures as in :mod:`..fsdp.losses`.
 """
-
-from __future__ import annotations
 
 import math
 from functools import partial
@@ -46,10 +44,9 @@ import torch.distributed as dist
 from tensordict import TensorDict
 from torch.autograd.function import once_differentiable
 
-from ..config import TrollPolicyLossConfig
 from ..layout import OLD_FIELDS, response_lengths, response_rows, response_values
-from ..losses import troll_token_terms
 from ..projection import compute_dtype, full_precision
+from ..settings import TrollConfig
 from ..sparse import (
     OldTopK,
     SparseSupport,
@@ -65,17 +62,14 @@ from ..sparse import (
     sparse_forward,
     union_support,
 )
+from ..terms import troll_token_terms
 
 __all__ = [
     "vocab_parallel_old_topk",
     "vocab_parallel_sparse_from_logits",
     "compute_troll_old_topk",
     "compute_troll_token_terms",
-    "OLD_PASS_THROUGH_HOOK",
 ]
-
-# Megatron's logits hook accepts per-row tensors with trailing dims, so the old top-K travels through it.
-OLD_PASS_THROUGH_HOOK = True
 
 
 def _tp_group_info(group):
@@ -168,6 +162,7 @@ class _VocabParallelSparse(torch.autograd.Function):
     @staticmethod
     @full_precision
     def forward(ctx, logits, rows, old_ids, old_lp, sampled, sampled_old_lp, k, mass_delta, log_floor, step, group):
+        """The vocab-parallel chunked forward: global statistics by a few small collectives per chunk."""
         vp = logits.shape[1]
         N = logits.shape[0] if rows is None else rows.shape[0]
         cdt = compute_dtype(logits.dtype)
@@ -188,6 +183,7 @@ class _VocabParallelSparse(torch.autograd.Function):
     @once_differentiable
     @full_precision
     def backward(ctx, g_new, g_tail, *_):
+        """∂L/∂z of this rank's vocabulary shard; no collective needed (the global LSE was saved)."""
         logits, rows, ids, valid, new, tail_raw, sampled, lse = ctx.saved_tensors
         if not ctx.needs_input_grad[0]:
             return (None,) * 11
@@ -337,7 +333,7 @@ def _local_rows(data: TensorDict, n_local: int, data_format: str, device):
 
 @torch.no_grad()
 def compute_troll_old_topk(
-    student_logits: torch.Tensor, data: TensorDict, cfg: TrollPolicyLossConfig, data_format: str = "thd"
+    student_logits: torch.Tensor, data: TensorDict, cfg: TrollConfig, data_format: str = "thd"
 ) -> dict[str, torch.Tensor]:
     """Old policy's top-K at every response row of this CP/TP shard, as per-row outputs for verl's hook.
 
@@ -347,8 +343,8 @@ def compute_troll_old_topk(
 
     Returns:
         ``{"troll_old_ids": (1, L, K) int32 (-1 off response rows), "troll_old_logprobs": (1, L, K),
-        "troll_old_tail": (1, L)}``; verl gathers the CP shards and nests them per sequence (full length);
-        :class:`~troll_verl.loss_fn.TrollLossFn` then keeps the response rows.
+        "troll_old_tail": (1, L)}``; verl gathers the CP shards, nests them per sequence (full length) and keeps
+        the response rows.
     """
     logits = student_logits.reshape(-1, student_logits.shape[-1])
     local_rows, _ = _local_rows(data, logits.shape[0], data_format, logits.device)
@@ -366,15 +362,16 @@ def compute_troll_old_topk(
 
 
 def compute_troll_token_terms(
-    student_logits: torch.Tensor, data: TensorDict, cfg: TrollPolicyLossConfig, data_format: str = "thd"
-) -> tuple[dict[str, torch.Tensor], int]:
+    student_logits: torch.Tensor, data: TensorDict, cfg: TrollConfig, data_format: str = "thd"
+) -> dict[str, torch.Tensor]:
     """TROLL's per-token terms for this CP/TP shard (update pass), as per-row outputs for verl's hook.
 
     Args: as in :func:`compute_troll_old_topk`; ``data`` carries the response-aligned ``troll_old_*`` fields and
     ``old_log_probs``.
 
     Returns:
-        ``({"troll_<field>": (1, L)}, solver iterations)``, identical on every TP rank.
+        ``{"log_probs": (1, L), "troll_<field>": (1, L) for every other TrollTokenTerms field,
+        "troll_solver_iters": (1, L)}``, identical on every TP rank.
     """
 
     logits = student_logits.reshape(-1, student_logits.shape[-1])
@@ -393,5 +390,8 @@ def compute_troll_token_terms(
     out = {}
     for name, value in zip(terms._fields, terms, strict=True):
         full = torch.zeros(L, dtype=value.dtype, device=value.device).index_put((local_rows,), value)
-        out[f"troll_{name}"] = full.reshape(student_logits.shape[:-1])
-    return out, iters
+        out["log_probs" if name == "log_prob" else f"troll_{name}"] = full.reshape(student_logits.shape[:-1])
+    out["troll_solver_iters"] = torch.full(
+        student_logits.shape[:-1], float(iters), dtype=torch.float32, device=logits.device
+    )
+    return out
