@@ -145,7 +145,8 @@ def troll_logits_fn(
     Args:
         logits: temperature-scaled logits, ``(1, L, V)`` on FSDP (packed; under Ulysses SP this rank's shard),
             vocab- and context-parallel on Megatron.
-        data: the micro-batch, carrying the old pass's :data:`~troll_verl.layout.OLD_FIELDS` and ``old_log_probs``.
+        data: the micro-batch, with the old pass's fields (:data:`~troll_verl.layout.OLD_FIELDS`) and
+            ``old_log_probs``.
         config: verl ``ActorConfig`` (``strategy``; settings in ``policy_loss.troll``).
         data_format: ``"thd"`` or ``"bshd"`` (Megatron's layout).
 

@@ -169,10 +169,11 @@ def when_imported(module_name: str, callback: Callable) -> None:
 # ------------------------------------------------------------------------------------------------------------
 def _troll_config(config):
     """The actor config, refused with the fix named where it carries no TROLL settings (``policy_loss.troll``)."""
-    if not hasattr(config.policy_loss, "troll"):
+    policy_loss = getattr(config, "policy_loss", None)
+    if not hasattr(policy_loss, "troll"):
         raise ValueError(
             "loss_mode=troll reads its settings from troll_verl.config.TrollPolicyLossConfig, but the actor's "
-            f"policy_loss is {type(config.policy_loss).__name__}. Run through TROLL's trainer "
+            f"policy_loss is {type(policy_loss).__name__}. Run through TROLL's trainer "
             "(trainer.v1.trainer_mode=troll, or python -m troll_verl.main), or set "
             "actor_rollout_ref.actor.policy_loss._target_=troll_verl.config.TrollPolicyLossConfig."
         )

@@ -150,15 +150,15 @@ def _check_args(new, old, kl_bound, mask, solver, max_iter, tol, eta_max) -> Non
         if kl_bound.numel() != 1:
             raise ValueError("kl_bound must be a positive scalar; per-row bounds are not supported.")
         kl_bound = kl_bound.item()
-    if not isinstance(kl_bound, (int, float)) or not math.isfinite(kl_bound) or kl_bound <= 0:
+    if not isinstance(kl_bound, int | float) or not math.isfinite(kl_bound) or kl_bound <= 0:
         raise ValueError(f"kl_bound must be a finite float > 0 (the paper uses 0.05), got {kl_bound!r}.")
     if solver not in SOLVERS:
         raise ValueError(f"solver must be one of {SOLVERS}, got {solver!r}.")
     if max_iter is not None and (not isinstance(max_iter, int) or max_iter < 1):
         raise ValueError(f"max_iter must be an int >= 1, got {max_iter!r}.")
-    if tol is not None and not (isinstance(tol, (int, float)) and tol > 0):
+    if tol is not None and not (isinstance(tol, int | float) and tol > 0):
         raise ValueError(f"tol must be a float > 0, got {tol!r}.")
-    if not (isinstance(eta_max, (int, float)) and math.isfinite(eta_max) and eta_max > 0):
+    if not (isinstance(eta_max, int | float) and math.isfinite(eta_max) and eta_max > 0):
         raise ValueError(f"eta_max must be a finite float > 0, got {eta_max!r}.")
 
 

@@ -143,9 +143,9 @@ def check_support_args(topk: int, mass_delta: float, floor: float | None = None)
     """Raise ``ValueError`` naming the argument when ``topk``, ``mass_delta`` or ``floor`` is out of range."""
     if not isinstance(topk, int) or isinstance(topk, bool) or topk < 1:
         raise ValueError(f"topk must be an int >= 1 (the paper uses 64), got {topk!r}.")
-    if not isinstance(mass_delta, (int, float)) or not (0.0 < mass_delta < 1.0):
+    if not isinstance(mass_delta, int | float) or not (0.0 < mass_delta < 1.0):
         raise ValueError(f"mass_delta must lie in (0, 1) (the paper uses 1e-5), got {mass_delta!r}.")
-    if floor is not None and (not isinstance(floor, (int, float)) or not (0.0 < floor < 1.0)):
+    if floor is not None and (not isinstance(floor, int | float) or not (0.0 < floor < 1.0)):
         raise ValueError(f"floor must lie in (0, 1) (the paper uses 1e-12), got {floor!r}.")
 
 

@@ -25,8 +25,8 @@ tail mass             each rank sums exp(z − m) outside the support ids it own
 
 The union, the projection and the loss are then identical on every TP rank. The backward pass needs no
 collective: ∂L/∂z for the local shard is ``softmax(z)_b · c_row`` (global LSE saved) plus the sparse corrections
-at the support ids this rank owns (see :class:`troll_verl.sparse._SparseFromLogits` for the derivation). Out-of-range
-ids are written into a dump column so that scatters never collide.
+at the support ids this rank owns (see :class:`troll_verl.sparse._SparseFromLogits` for the derivation).
+Out-of-range ids are written into a dump column so that scatters never collide.
 
 Context parallelism: the engine-facing functions split TROLL's per-sequence tensors with verl's own
 ``preprocess_thd_engine`` / ``preprocess_bshd_engine`` (as verl's Megatron top-K distillation does), so they line up
@@ -230,7 +230,8 @@ def vocab_parallel_sparse_from_logits(
             :func:`troll_verl.sparse.troll_sparse_from_logits`.
 
     Returns:
-        :class:`~troll_verl.sparse.SparseSupport`, identical on every TP rank; gradients flow to this rank's shard.
+        :class:`~troll_verl.sparse.SparseSupport`, identical on every TP rank; gradients flow to this rank's
+        shard.
     """
     check_support_args(topk, mass_delta, floor)
     vp = logits.shape[1]
@@ -262,7 +263,10 @@ def vocab_parallel_old_topk(
     chunk_size: int | None = None,
     rows: torch.Tensor | None = None,
 ) -> OldTopK:
-    """:func:`troll_verl.sparse.old_topk_from_logits` for vocab-parallel logits (global ids; same on every rank)."""
+    """:func:`troll_verl.sparse.old_topk_from_logits` for vocab-parallel logits (global ids on every rank).
+
+    Args and returns as there.
+    """
     check_support_args(topk, mass_delta, floor)
     vp = logits.shape[1]
     rank, world = _tp_group_info(group)
