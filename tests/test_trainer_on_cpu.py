@@ -18,13 +18,25 @@ from types import SimpleNamespace
 import pytest
 import ray
 from _verl_engine import compose_config
+from verl.experimental.separation.engine_workers import DetachActorWorker
+from verl.trainer.ppo.v1.trainer_base import PPOTrainer
+from verl.trainer.ppo.v1.trainer_colocate_async import PPOTrainerColocateAsync
+from verl.trainer.ppo.v1.trainer_separate_async import PPOTrainerSeparateAsync
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from verl.utils.config import omega_conf_to_dataclass
 from verl.workers.engine_workers import ActorRolloutRefWorker, TrainingWorker
 
 from troll_verl.config import TrollPolicyLossConfig, validate_troll_config
-from troll_verl.trainer import TrollTrainer
-from troll_verl.workers import TROLL_OLD_PASS_KEY, TROLL_UPDATE_KEY, TrollActorRolloutRefWorker, TrollTrainingWorker
+from troll_verl.trainer import TROLL_TRAINERS, TrollTrainer, TrollTrainerColocateAsync, TrollTrainerSeparateAsync
+from troll_verl.workers import (
+    TROLL_OLD_PASS_KEY,
+    TROLL_UPDATE_KEY,
+    TrollActorRolloutRefWorker,
+    TrollDetachActorWorker,
+    TrollTrainingWorker,
+)
+
+TROLL_CLASSES = [TrollTrainer, TrollTrainerColocateAsync, TrollTrainerSeparateAsync]
 
 
 @pytest.mark.parametrize(
@@ -37,6 +49,9 @@ from troll_verl.workers import TROLL_OLD_PASS_KEY, TROLL_UPDATE_KEY, TrollActorR
         ("+actor_rollout_ref.actor.megatron.pad_to_length=true", r"megatron\.pad_to_length=true pads"),
         ("distillation.enabled=true", r"distillation.enabled=false"),
         ("trainer.use_v1=false", r"trainer.use_v1=true"),
+        ("trainer.v1.trainer_mode=sync", r"Set trainer\.v1\.trainer_mode=troll: verl's sync trainer with TROLL"),
+        ("trainer.v1.trainer_mode=colocate_async", r"trainer\.v1\.trainer_mode=troll_colocate_async"),
+        ("trainer.v1.trainer_mode=separate_async", r"trainer\.v1\.trainer_mode=troll_separate_async"),
         ("actor_rollout_ref.actor.policy_loss.kl_bound=-1", r"policy_loss\.kl_bound must be a finite float > 0"),
         ("actor_rollout_ref.actor.policy_loss.topk=0", r"policy_loss\.topk must be an int >= 1"),
         ("actor_rollout_ref.actor.policy_loss.tail=drop", r"policy_loss\.tail must be one of"),
@@ -65,15 +80,16 @@ def test_plain_verl_config_with_loss_mode_troll_uses_paper_defaults():
     import verl.trainer
     from hydra import compose, initialize_config_dir
 
+    troll = ["actor_rollout_ref.actor.policy_loss.loss_mode=troll", "trainer.v1.trainer_mode=troll"]
     with initialize_config_dir(os.path.join(os.path.dirname(verl.trainer.__file__), "config"), version_base=None):
-        cfg = compose("ppo_trainer", overrides=["actor_rollout_ref.actor.policy_loss.loss_mode=troll"])
+        cfg = compose("ppo_trainer", overrides=troll)
     settings = validate_troll_config(cfg)
     assert isinstance(settings, TrollPolicyLossConfig)
     assert (settings.kl_bound, settings.alpha, settings.topk, settings.mass_delta) == (0.05, 1.0, 64, 1e-5)
 
     # ... and with the settings class selected, its keys become overridable (README: "Using TROLL in a verl run")
     overrides = [
-        "actor_rollout_ref.actor.policy_loss.loss_mode=troll",
+        *troll,
         "actor_rollout_ref.actor.policy_loss._target_=troll_verl.config.TrollPolicyLossConfig",
         "+actor_rollout_ref.actor.policy_loss.kl_bound=0.1",
     ]
@@ -86,15 +102,17 @@ class _Batch(SimpleNamespace):
     pass
 
 
-def _trainer(troll=True):
-    trainer = object.__new__(TrollTrainer)
+def _trainer(troll=True, cls=TrollTrainer):
+    trainer = object.__new__(cls)
     trainer.troll_enabled = troll
     trainer.troll_flags = troll  # verl 0.9 as released: no policy-loss logits seam
     trainer.troll_settings = TrollPolicyLossConfig()
     return trainer
 
 
-def test_old_pass_flag_is_set_only_during_the_old_pass(monkeypatch):
+@pytest.mark.parametrize("cls", TROLL_CLASSES, ids=lambda c: c.troll_base_mode)
+def test_old_pass_flag_is_set_only_during_the_old_pass(monkeypatch, cls):
+    """The same flags in every trainer mode (the mixin wraps verl's trainer of that mode)."""
     seen = {}
 
     def record(name):
@@ -105,8 +123,9 @@ def test_old_pass_flag_is_set_only_during_the_old_pass(monkeypatch):
         return fn
 
     for name in ("_compute_old_log_prob", "_compute_ref_log_prob", "_update_actor"):
-        monkeypatch.setattr(PPOTrainerSync, name, record(name))
-    trainer, batch, metrics = _trainer(), _Batch(extra_info={}), {}
+        monkeypatch.setattr(PPOTrainer, name, record(name))
+    monkeypatch.setattr(PPOTrainerSeparateAsync, "_compute_old_log_prob", record("_compute_old_log_prob"))
+    trainer, batch, metrics = _trainer(cls=cls), _Batch(extra_info={}), {}
     trainer._compute_old_log_prob(batch, metrics)
     assert seen["_compute_old_log_prob"][0] is True and batch.extra_info[TROLL_OLD_PASS_KEY] is False
     batch.extra_info[TROLL_OLD_PASS_KEY] = True  # even a stale flag is cleared before the reference pass
@@ -116,18 +135,51 @@ def test_old_pass_flag_is_set_only_during_the_old_pass(monkeypatch):
     assert seen["_update_actor"][1] is True and batch.extra_info[TROLL_UPDATE_KEY] is False
 
     seen.clear()
-    plain = _trainer(troll=False)  # loss_mode != troll: exactly verl's sync trainer
+    plain = _trainer(troll=False, cls=cls)  # loss_mode != troll: exactly verl's trainer of that mode
     plain._compute_old_log_prob(_Batch(extra_info={}), {})
     plain._update_actor(_Batch(extra_info={}), {})
     assert seen["_compute_old_log_prob"] == (None, None) and seen["_update_actor"] == (None, None)
 
 
-def test_worker_classes_are_swapped(monkeypatch):
-    def base(self):
-        self.role_worker_mapping = {"actor": ray.remote(ActorRolloutRefWorker), "critic": ray.remote(TrainingWorker)}
+@pytest.mark.parametrize("cls", TROLL_CLASSES, ids=lambda c: c.troll_base_mode)
+def test_worker_classes_are_swapped(monkeypatch, cls):
+    from verl.trainer.ppo.utils import Role
 
-    monkeypatch.setattr(PPOTrainerSync, "_init_resource_pool_mgr", base)
-    trainer = _trainer()
-    trainer._init_resource_pool_mgr()
-    assert trainer.role_worker_mapping["actor"].__ray_actor_class__ is TrollActorRolloutRefWorker
-    assert trainer.role_worker_mapping["critic"].__ray_actor_class__ is TrollTrainingWorker
+    def base(self):
+        self.role_worker_mapping = {
+            Role.ActorRolloutRef: ray.remote(ActorRolloutRefWorker), Role.Critic: ray.remote(TrainingWorker)
+        }  # fmt: skip
+
+    monkeypatch.setattr(PPOTrainer, "_init_resource_pool_mgr", base)
+    trainer = _trainer(cls=cls)
+    trainer._init_resource_pool_mgr()  # separate_async: verl puts its DetachActorWorker in between
+    actor = TrollDetachActorWorker if cls is TrollTrainerSeparateAsync else TrollActorRolloutRefWorker
+    assert trainer.role_worker_mapping[Role.ActorRolloutRef].__ray_actor_class__ is actor
+    assert trainer.role_worker_mapping[Role.Critic].__ray_actor_class__ is TrollTrainingWorker
+
+
+def test_every_mode_has_one_troll_trainer_in_verls_registry():
+    from verl.trainer.ppo.v1 import get_trainer_cls
+
+    bases = {
+        "sync": PPOTrainerSync, "colocate_async": PPOTrainerColocateAsync, "separate_async": PPOTrainerSeparateAsync
+    }  # fmt: skip
+    for name, cls in TROLL_TRAINERS.items():
+        assert get_trainer_cls(name) is cls and issubclass(cls, bases[cls.troll_base_mode])
+    assert set(TROLL_TRAINERS) == {"troll", "troll_sync", "troll_colocate_async", "troll_separate_async"}
+    assert issubclass(TrollDetachActorWorker, DetachActorWorker)
+
+
+@pytest.mark.parametrize("cls", TROLL_CLASSES, ids=lambda c: c.troll_base_mode)
+def test_trainer_runs_as_verls_own_mode(monkeypatch, cls):
+    """__init__ validates TROLL, then hands verl a config whose trainer_mode is verl's own (its code paths)."""
+    seen = {}
+    def init(self, config):
+        seen["mode"] = config.trainer.v1.trainer_mode
+        self.replay_buffer = SimpleNamespace(poll_interval=2.0)
+
+    monkeypatch.setattr(PPOTrainer, "__init__", init)
+    monkeypatch.setattr(PPOTrainerSeparateAsync, "__init__", PPOTrainer.__init__)  # its asserts need a GPU pool
+    mode = "troll" if cls is TrollTrainer else f"troll_{cls.troll_base_mode}"
+    cls(compose_config("/nonexistent", f"trainer.v1.trainer_mode={mode}"))
+    assert seen["mode"] == cls.troll_base_mode

@@ -39,11 +39,21 @@ __all__ = [
     "use_troll_policy_loss_config",
     "VALUE_DTYPES",
     "POLICY_LOSS_CONFIG_TARGET",
+    "VERL_TRAINER_MODES",
+    "troll_trainer_mode",
 ]
 
 logger = logging.getLogger(__name__)
 # Actor strategies TROLL's engine path supports.
 _SUPPORTED_STRATEGIES = ("fsdp", "fsdp2", "megatron")
+
+# verl's v1 trainer modes (trainer.v1.trainer_mode) TROLL extends, and the mode that selects TROLL's trainer on each
+VERL_TRAINER_MODES = ("sync", "colocate_async", "separate_async")
+
+
+def troll_trainer_mode(base_mode: str) -> str:
+    """The ``trainer.v1.trainer_mode`` that runs TROLL on verl's ``base_mode`` trainer (``sync`` -> ``troll``)."""
+    return "troll" if base_mode == "sync" else f"troll_{base_mode}"
 # ``_target_`` of this module's settings class, and of verl's stock policy-loss config
 POLICY_LOSS_CONFIG_TARGET = "troll_verl.config.TrollPolicyLossConfig"
 _VERL_POLICY_LOSS_TARGET = "verl.workers.config.PolicyLossConfig"
@@ -124,10 +134,21 @@ def validate_troll_config(config) -> TrollPolicyLossConfig:
     actor = config.actor_rollout_ref.actor
     if not OmegaConf.select(config, "trainer.use_v1", default=True):
         raise ValueError("TROLL runs on verl's v1 trainer only; set trainer.use_v1=true.")
+    mode = OmegaConf.select(config, "trainer.v1.trainer_mode", default="sync")
+    if mode in VERL_TRAINER_MODES:
+        from .seam import seam_available
+
+        if not seam_available():
+            raise ValueError(
+                f"trainer.v1.trainer_mode={mode} is verl's own trainer, which on this verl does not tag the passes "
+                f"TROLL extends (old-log-prob and update). Set trainer.v1.trainer_mode={troll_trainer_mode(mode)}: "
+                f"verl's {mode} trainer with TROLL."
+            )
     if OmegaConf.select(config, "algorithm.rollout_correction.bypass_mode", default=False):
         raise ValueError(
             "algorithm.rollout_correction.bypass_mode=true never recomputes old log-probs with the actor, so TROLL "
-            "gets no old token distribution to project onto. Set algorithm.rollout_correction.bypass_mode=false."
+            "gets no old token distribution to project onto (in every trainer mode, the asynchronous ones included: "
+            "the rollout does not return it yet). Set algorithm.rollout_correction.bypass_mode=false."
         )
     if OmegaConf.select(config, "actor_rollout_ref.model.use_fused_kernels", default=False):
         raise ValueError(

@@ -265,6 +265,49 @@ def _check_startup(config: DictConfig, actor: Any, rollout: Any, use_ref: bool, 
     return warnings
 
 
+def _check_trainer_mode(config: DictConfig, use_reward_model: bool, troll: bool) -> list[str]:
+    """verl's async trainers' start-up assertions (``PPOTrainerSeparateAsync.__init__``); returns warnings.
+
+    Raises:
+        ValueError: naming the setting to change.
+    """
+    mode = str(config.trainer.v1.trainer_mode).removeprefix("troll_")
+    warnings: list[str] = []
+    if mode != "separate_async":
+        return warnings
+    batch, mini = int(config.data.train_batch_size), int(config.actor_rollout_ref.actor.ppo_mini_batch_size)
+    sync_step = int(config.trainer.v1.separate_async.parameter_sync_step)
+    if batch != sync_step * mini:
+        raise ValueError(
+            f"separate_async needs data.train_batch_size ({batch}) = trainer.v1.separate_async.parameter_sync_step "
+            f"({sync_step}) x actor_rollout_ref.actor.ppo_mini_batch_size ({mini}); set data.train_batch_size="
+            f"{sync_step * mini} or parameter_sync_step={batch // mini if batch % mini == 0 else '<a divisor>'}."
+        )
+    rollout = config.actor_rollout_ref.rollout
+    for key in ("nnodes", "n_gpus_per_node"):
+        if int(rollout[key]) <= 0:
+            raise ValueError(
+                f"separate_async runs its rollout on a standalone pool: set actor_rollout_ref.rollout.{key} > 0."
+            )
+    if rollout.checkpoint_engine.backend == "naive":
+        raise ValueError(
+            "separate_async syncs weights to its standalone rollout through a checkpoint engine: set "
+            "actor_rollout_ref.rollout.checkpoint_engine.backend to nccl (or nixl, mooncake, ...), not naive."
+        )
+    if use_reward_model and not config.reward.reward_model.enable_resource_pool:
+        raise ValueError(
+            "separate_async cannot colocate the reward model (its rollout never pauses): set "
+            "reward.reward_model.enable_resource_pool=true."
+        )
+    if troll:
+        warnings.append(
+            "trainer mode separate_async with TROLL has not run end to end (verl's checkpoint engines for a "
+            "standalone rollout need NCCL-class backends); the pass flags around its pi_old weight swap are "
+            "unit-tested. Check troll/* metrics on the first steps."
+        )
+    return warnings
+
+
 def dry_run(config: DictConfig) -> dict[str, Any]:
     """Build and check everything a run would build from ``config``, start nothing; print and return a summary.
 
@@ -279,7 +322,7 @@ def dry_run(config: DictConfig) -> dict[str, Any]:
         ValueError, AssertionError, omegaconf/hydra errors: verl's or TROLL's message for an invalid configuration.
     """
     from verl.trainer.ppo.reward import get_custom_reward_fn, resolve_reward_manager_cls
-    from verl.trainer.ppo.utils import need_critic, need_reference_policy, need_teacher_policy
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy, need_reward_model, need_teacher_policy
     from verl.utils.config import omega_conf_to_dataclass
 
     from .config import troll_loss_enabled, troll_settings
@@ -315,6 +358,7 @@ def dry_run(config: DictConfig) -> dict[str, Any]:
     # prepare() ran validate_troll_config (again here, it would repeat its warnings)
     troll = troll_settings(actor) if troll_loss_enabled(config) else None
     warnings = _check_startup(config, actor, rollout, use_ref, critic)
+    warnings += _check_trainer_mode(config, need_reward_model(config), troll is not None)
 
     loss_mode = actor.policy_loss.loss_mode
     ratio_level = troll.ratio_level if troll is not None else None

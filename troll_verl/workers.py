@@ -15,8 +15,9 @@
 
 Where verl has the policy-loss logits seam (:func:`troll_verl.seam.seam_available`), verl's own worker sets the
 seam's flags for loss ``troll`` and these classes add only the CPU platform's process group. On verl 0.9 as
-released, :class:`TrollActorRolloutRefWorker` is verl's ``ActorRolloutRefWorker`` with three additions, all inert
-unless the trainer asks for them:
+released, :class:`TrollActorWorkerMixin` adds three things to verl's actor workers (``ActorRolloutRefWorker``:
+:class:`TrollActorRolloutRefWorker`; ``separate_async``'s ``DetachActorWorker``: :class:`TrollDetachActorWorker`),
+all inert unless the trainer asks for them:
 
 - ``init_model`` installs :class:`~troll_verl.loss_fn.TrollLossFn` on the actor when ``loss_mode=troll``;
 - ``compute_log_prob`` with ``troll_store_old_topk`` (set by TROLL's trainer on the old-log-prob pass only) turns
@@ -25,23 +26,31 @@ unless the trainer asks for them:
 - ``update_actor`` with ``troll_update`` turns on the logits hook (``distillation_use_topk``) and skips verl's own
   log-prob on those logits (``distillation_only``: nothing else reads or overwrites the saved logits).
 
-Both worker classes also initialise a ``gloo`` process group first on the CPU platform (see
+Every worker class here also initialises a ``gloo`` process group first on the CPU platform (see
 :func:`troll_verl.platform.cpu.init_cpu_process_group`).
 """
 
 from __future__ import annotations
 
 from tensordict import TensorDict
+from verl.experimental.separation.engine_workers import DetachActorWorker
 from verl.single_controller.base.decorator import Dispatch, make_nd_compute_dataproto_dispatch_fn, register
 from verl.utils import tensordict_utils as tu
 from verl.utils.config import omega_conf_to_dataclass
 from verl.workers.engine_workers import ActorRolloutRefWorker, TrainingWorker
 
 from .loss_fn import TROLL_MODE_KEY, TrollLossFn
-from .platform.cpu import init_cpu_process_group
+from .platform.cpu import cpu_platform_requested, detach_cpu_copy, init_cpu_process_group
 from .seam import seam_available
 
-__all__ = ["TrollActorRolloutRefWorker", "TrollTrainingWorker", "TROLL_OLD_PASS_KEY", "TROLL_UPDATE_KEY"]
+__all__ = [
+    "TrollActorWorkerMixin",
+    "TrollActorRolloutRefWorker",
+    "TrollDetachActorWorker",
+    "TrollTrainingWorker",
+    "TROLL_OLD_PASS_KEY",
+    "TROLL_UPDATE_KEY",
+]
 
 # Non-tensor flags set by TROLL's trainer on the KVBatchMeta of the old-log-prob and update passes.
 TROLL_OLD_PASS_KEY = "troll_store_old_topk"
@@ -61,8 +70,8 @@ class TrollTrainingWorker(TrainingWorker):
         super().__init__(config)
 
 
-class TrollActorRolloutRefWorker(ActorRolloutRefWorker):
-    """verl's ``ActorRolloutRefWorker`` plus TROLL's pass flags (see the module docstring)."""
+class TrollActorWorkerMixin:
+    """TROLL's pass flags on a verl actor worker (see the module docstring); put it first in the bases."""
 
     def __init__(self, config, role: str, distillation_config=None, **kwargs):
         init_cpu_process_group()
@@ -102,3 +111,18 @@ class TrollActorRolloutRefWorker(ActorRolloutRefWorker):
                 data, distillation_use_topk=True, distillation_only=True, **{TROLL_MODE_KEY: "update"}
             )
         return super().update_actor(data)
+
+
+class TrollActorRolloutRefWorker(TrollActorWorkerMixin, ActorRolloutRefWorker):
+    """verl's ``ActorRolloutRefWorker`` plus TROLL's pass flags (``sync``, ``colocate_async``)."""
+
+
+class TrollDetachActorWorker(TrollActorWorkerMixin, DetachActorWorker):
+    """verl's ``DetachActorWorker`` (``separate_async``: π_old saved to and restored from CPU) plus TROLL's flags."""
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def save_model_to_cpu(self, n):
+        super().save_model_to_cpu(n)
+        if cpu_platform_requested():
+            # NOTE: on the CPU platform verl's save aliases the live parameters (see detach_cpu_copy); copy them.
+            self.cpu_saved_models[n] = detach_cpu_copy(self.cpu_saved_models[n])

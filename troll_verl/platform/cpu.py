@@ -255,3 +255,22 @@ def init_cpu_process_group() -> bool:
         return False
     dist.init_process_group(backend="gloo", rank=rank, world_size=world_size, init_method=init_method)
     return True
+
+
+def detach_cpu_copy(state: Any) -> Any:
+    """``state`` with every tensor in it replaced by a copy (tuples, lists and dicts walked; other objects kept).
+
+    verl's ``DetachActorWorker.save_model_to_cpu`` (separate_async's π_old) moves the parameters' shards to the CPU
+    with ``.cpu()``, which copies on a GPU but returns the very same storage when they already live on the CPU: the
+    "saved" π_old would follow the optimizer's in-place updates. TROLL's worker copies the saved state on the CPU
+    platform.
+    """
+    if isinstance(state, torch.Tensor):
+        return state.detach().clone()
+    if isinstance(state, tuple):
+        return tuple(detach_cpu_copy(item) for item in state)
+    if isinstance(state, list):
+        return [detach_cpu_copy(item) for item in state]
+    if isinstance(state, dict):
+        return {key: detach_cpu_copy(value) for key, value in state.items()}
+    return state
