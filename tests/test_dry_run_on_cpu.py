@@ -211,7 +211,6 @@ def test_dry_run_validates_separate_async_and_says_it_has_not_run(gpu_cluster_en
         ("data.train_batch_size=16", r"data.train_batch_size \(16\) = .*parameter_sync_step \(2\) x .* set data"),
         ("actor_rollout_ref.rollout.nnodes=0", r"actor_rollout_ref.rollout.nnodes > 0"),
         ("actor_rollout_ref.rollout.checkpoint_engine.backend=naive", r"checkpoint_engine.backend to nccl"),
-        ("trainer.v1.trainer_mode=separate_async", r"Set trainer.v1.trainer_mode=troll_separate_async"),
         ("algorithm.rollout_correction.bypass_mode=true", r"asynchronous ones included"),
     ],
 )

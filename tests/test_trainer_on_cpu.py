@@ -49,9 +49,6 @@ TROLL_CLASSES = [TrollTrainer, TrollTrainerColocateAsync, TrollTrainerSeparateAs
         ("+actor_rollout_ref.actor.megatron.pad_to_length=true", r"megatron\.pad_to_length=true pads"),
         ("distillation.enabled=true", r"distillation.enabled=false"),
         ("trainer.use_v1=false", r"trainer.use_v1=true"),
-        ("trainer.v1.trainer_mode=sync", r"Set trainer\.v1\.trainer_mode=troll: verl's sync trainer with TROLL"),
-        ("trainer.v1.trainer_mode=colocate_async", r"trainer\.v1\.trainer_mode=troll_colocate_async"),
-        ("trainer.v1.trainer_mode=separate_async", r"trainer\.v1\.trainer_mode=troll_separate_async"),
         ("actor_rollout_ref.actor.policy_loss.kl_bound=-1", r"policy_loss\.kl_bound must be a finite float > 0"),
         ("actor_rollout_ref.actor.policy_loss.topk=0", r"policy_loss\.topk must be an int >= 1"),
         ("actor_rollout_ref.actor.policy_loss.tail=drop", r"policy_loss\.tail must be one of"),
@@ -60,6 +57,26 @@ TROLL_CLASSES = [TrollTrainer, TrollTrainerColocateAsync, TrollTrainerSeparateAs
 def test_refusals_name_the_setting(override, match):
     with pytest.raises(Exception, match=match):
         validate_troll_config(compose_config("/nonexistent", override))
+
+
+@pytest.mark.parametrize(
+    "mode, match",
+    [
+        ("sync", r"Set trainer\.v1\.trainer_mode=troll: verl's sync trainer with TROLL"),
+        ("colocate_async", r"trainer\.v1\.trainer_mode=troll_colocate_async"),
+        ("separate_async", r"trainer\.v1\.trainer_mode=troll_separate_async"),
+    ],
+)
+def test_plain_verl_mode_is_refused_naming_the_troll_mode(mode, match):
+    """On stock verl a plain mode would run TROLL without its pass flags; with the seam, verl's trainers tag them."""
+    from troll_verl.seam import seam_available
+
+    config = compose_config("/nonexistent", f"trainer.v1.trainer_mode={mode}")
+    if seam_available():
+        validate_troll_config(config)
+    else:
+        with pytest.raises(ValueError, match=match):
+            validate_troll_config(config)
 
 
 def test_troll_trainer_yaml_and_cli_overrides():
