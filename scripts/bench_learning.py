@@ -28,7 +28,9 @@ in the same invocation:
   resident memory, as TROLL / clip ratios per seed.
 
 Variants: ``grpo`` (token ratio; clip = verl's ``vanilla`` with clip 0.2 and dual-clip 3; 2 optimizer steps per
-batch, the quickstart's), ``grpo8`` (the same with 8 optimizer steps per batch, the paper's schedule) and ``gspo``
+batch, the quickstart's), ``grpo8`` (the same with 8 optimizer steps per batch, the paper's schedule), ``async1`` and
+``async2`` (``grpo`` on verl's ``colocate_async`` trainer with 1 or 2 warm-up batches: stale data, reported with
+its staleness and verl's KL(rollout ‖ old) estimate) and ``gspo``
 (sequence ratio, ``seq-mean-token-mean``; clip = verl's ``gspo`` with clip 0.2 both ways; TROLL with
 ``ratio_level=sequence``).
 Runs are interleaved seed by seed so machine noise spreads over all configurations; finished runs are reused, so
@@ -66,6 +68,15 @@ _EIGHT_UPDATES = [
     "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16",
 ]
 
+
+
+def _async(warmup_batches: int) -> list[str]:
+    return [
+        "trainer.v1.trainer_mode=troll_colocate_async",
+        f"trainer.v1.colocate_async.num_warmup_batches={warmup_batches}",
+    ]
+
+
 VARIANTS = {
     "grpo": {
         "troll": ["actor_rollout_ref.actor.policy_loss.loss_mode=troll"],
@@ -82,6 +93,19 @@ VARIANTS = {
     "grpo_upper": {
         "troll": ["actor_rollout_ref.actor.policy_loss.loss_mode=troll",
                   "actor_rollout_ref.actor.policy_loss.old_estimate=upper"],  # fmt: skip
+    },
+    # staleness: verl's colocate_async trainer generates 1 or 2 batches ahead (partial rollouts), so each batch was
+    # sampled by a policy 1-2 updates older; both losses run through TROLL's trainer of that mode (with loss_mode=
+    # vanilla it is exactly verl's), so they share the CPU platform's replay-buffer polling
+    "async1": {
+        "troll": ["actor_rollout_ref.actor.policy_loss.loss_mode=troll", *_async(1)],
+        "clip": ["actor_rollout_ref.actor.policy_loss.loss_mode=vanilla", "actor_rollout_ref.actor.clip_ratio=0.2",
+                 *_async(1)],  # fmt: skip
+    },
+    "async2": {
+        "troll": ["actor_rollout_ref.actor.policy_loss.loss_mode=troll", *_async(2)],
+        "clip": ["actor_rollout_ref.actor.policy_loss.loss_mode=vanilla", "actor_rollout_ref.actor.clip_ratio=0.2",
+                 *_async(2)],  # fmt: skip
     },
     "gspo": {
         "troll": [
@@ -110,6 +134,11 @@ def _median_after_first(train: list[dict], key: str) -> float | None:
     return statistics.median(values) if values else None
 
 
+def _mean_of(train: list[dict], key: str) -> float | None:
+    values = [r[key] for r in train if key in r]
+    return statistics.mean(values) if values else None
+
+
 def run_stats(rows: list[dict], target: float, val_key: str = VAL_KEY, peak_rss: int | None = None) -> dict:
     train = [r for r in rows if REWARD_KEY in r]
     rewards = [r[REWARD_KEY] for r in train]
@@ -120,6 +149,10 @@ def run_stats(rows: list[dict], target: float, val_key: str = VAL_KEY, peak_rss:
     w_start, w_final = reward_window(len(train)), min(10, max(1, len(train) // 3))
     return {
         "constrained_frac": statistics.mean(constrained) if constrained else None,
+        # how stale the data was: policy versions between sampling and training (verl's async trainers log it), and
+        # verl's sampled-token estimate of KL(rollout policy || old policy), mean over steps
+        "staleness": _mean_of(train, "training/off_policy/trajectory_staleness/mean"),
+        "kl_rollout": _mean_of(train, "rollout_corr/kl"),
         "gen_s": _median_after_first(train, "timing_s/gen"),
         "old_log_prob_s": _median_after_first(train, "timing_s/old_log_prob"),
         "update_s": _median_after_first(train, "timing_s/update_actor"),
@@ -184,7 +217,8 @@ def report(results: dict, seeds: list[int], steps: int, target: float, variants=
     lines += ["", "Cost, TROLL / clip per seed (median seconds over steps 2+; the trainer worker's peak resident "
               "memory); share of tokens projected (TROLL) or clipped (clip), mean over steps:", "",
               "| variant | generation | old-log-prob pass | update | step | worker peak memory | projected (TROLL) "
-              "| clipped (clip) |", "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+              "| clipped (clip) | staleness (steps) | KL(rollout ‖ old), TROLL / clip |",
+              "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for variant in variants:
         pairs = [(results.get(f"{variant}/troll/seed{s}"), results.get(f"{_clip_variant(variant)}/clip/seed{s}"))
                  for s in seeds]  # fmt: skip
@@ -192,11 +226,15 @@ def report(results: dict, seeds: list[int], steps: int, target: float, variants=
             continue
         troll_c = [t["constrained_frac"] for t, _ in pairs if t and t.get("constrained_frac") is not None]
         clip_c = [c["constrained_frac"] for _, c in pairs if c and c.get("constrained_frac") is not None]
+        stale = [r["staleness"] for pair in pairs for r in pair if r and r.get("staleness") is not None]
+        kl = {i: [p[i]["kl_rollout"] for p in pairs if p[i] and p[i].get("kl_rollout") is not None] for i in (0, 1)}
+        kl_cell = " / ".join(f"{statistics.mean(kl[i]):.2e}" if kl[i] else "n/a" for i in (0, 1))
         lines.append(
             f"| {variant} | {_ratio_cell(pairs, 'gen_s')} | {_ratio_cell(pairs, 'old_log_prob_s')} | "
             f"{_ratio_cell(pairs, 'update_s')} | {_ratio_cell(pairs, 'seconds_per_step')} | "
             f"{_ratio_cell(pairs, 'worker_peak_rss_gb')} | {_mean_sd(troll_c) if troll_c else 'n/a'} | "
-            f"{_mean_sd(clip_c) if clip_c else 'n/a'} |"
+            f"{_mean_sd(clip_c) if clip_c else 'n/a'} | {f'{statistics.mean(stale):.2f}' if stale else '0'} | "
+            f"{kl_cell} |"
         )
     lines.append("")
     for variant, ratio in ratios.items():
