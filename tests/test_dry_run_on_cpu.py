@@ -170,7 +170,7 @@ def test_the_copies_of_verls_inline_checks_still_match_verls_source():
 # ------------------------------------------------------------------------------------------------------------
 SEPARATE_ASYNC = [
     "trainer.v1.trainer_mode=troll_separate_async", "actor_rollout_ref.rollout.nnodes=1",
-    "actor_rollout_ref.rollout.n_gpus_per_node=1", "actor_rollout_ref.rollout.checkpoint_engine.backend=nccl",
+    "actor_rollout_ref.rollout.n_gpus_per_node=2", "actor_rollout_ref.rollout.checkpoint_engine.backend=nccl",
     "trainer.v1.separate_async.parameter_sync_step=2", "data.train_batch_size=8",
 ]  # fmt: skip
 
@@ -210,6 +210,7 @@ def test_dry_run_validates_separate_async_and_says_it_has_not_run(gpu_cluster_en
     [
         ("data.train_batch_size=16", r"data.train_batch_size \(16\) = .*parameter_sync_step \(2\) x .* set data"),
         ("actor_rollout_ref.rollout.nnodes=0", r"actor_rollout_ref.rollout.nnodes > 0"),
+        ("actor_rollout_ref.rollout.n_gpus_per_node=1", r"rollout pool \(1 GPUs .* holds no replica of 2 GPUs"),
         ("actor_rollout_ref.rollout.checkpoint_engine.backend=naive", r"checkpoint_engine.backend to nccl"),
         ("algorithm.rollout_correction.bypass_mode=true", r"asynchronous ones included"),
     ],

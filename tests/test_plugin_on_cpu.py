@@ -184,3 +184,15 @@ def test_detach_cpu_copy_breaks_the_alias_that_cpu_makes():
     param.add_(1.0)
     assert torch.equal(saved[0]["w"][0], param)  # verl's own save aliased the live parameter
     assert torch.equal(copied[0]["w"][0], torch.ones(3)) and copied[0]["w"][1] is spec and copied[1] is spec
+
+
+def test_the_detach_worker_finds_a_saved_state_that_aliases_its_parameters():
+    import torch
+
+    from troll_verl.platform.cpu import detach_cpu_copy
+    from troll_verl.workers import _aliases_parameters
+
+    module = torch.nn.Linear(3, 2)
+    saved = ({name: (p.detach().cpu(), None) for name, p in module.named_parameters()}, None)
+    assert _aliases_parameters(saved, module)  # on the CPU verl's save is the live storage
+    assert not _aliases_parameters(detach_cpu_copy(saved), module)

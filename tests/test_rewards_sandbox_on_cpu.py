@@ -54,7 +54,14 @@ def _with_marker(marker: str) -> list:
                 found.append(proc)
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue
-    return [p for p in found if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    return [p for p in found if _alive(p)]
+
+
+def _alive(proc) -> bool:
+    try:  # a process may exit between the listing and this check
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except (psutil.NoSuchProcess, psutil.ZombieProcess):
+        return False
 
 
 def _none_left(marker: str, timeout_s: float = 10.0) -> bool:

@@ -49,6 +49,7 @@ TROLL_CLASSES = [TrollTrainer, TrollTrainerColocateAsync, TrollTrainerSeparateAs
         ("+actor_rollout_ref.actor.megatron.pad_to_length=true", r"megatron\.pad_to_length=true pads"),
         ("distillation.enabled=true", r"distillation.enabled=false"),
         ("trainer.use_v1=false", r"trainer.use_v1=true"),
+        ("trainer.v1.trainer_mode=troll_colocate", r"not one of TROLL's trainers; use one of \['troll', "),
         ("actor_rollout_ref.actor.policy_loss.kl_bound=-1", r"policy_loss\.kl_bound must be a finite float > 0"),
         ("actor_rollout_ref.actor.policy_loss.topk=0", r"policy_loss\.topk must be an int >= 1"),
         ("actor_rollout_ref.actor.policy_loss.tail=drop", r"policy_loss\.tail must be one of"),
@@ -196,7 +197,7 @@ def test_trainer_runs_as_verls_own_mode(monkeypatch, cls):
         self.replay_buffer = SimpleNamespace(poll_interval=2.0)
 
     monkeypatch.setattr(PPOTrainer, "__init__", init)
-    monkeypatch.setattr(PPOTrainerSeparateAsync, "__init__", PPOTrainer.__init__)  # its asserts need a GPU pool
+    monkeypatch.setattr(PPOTrainerSeparateAsync, "__init__", PPOTrainer.__init__)  # its asserts: tested by the dry run
     mode = "troll" if cls is TrollTrainer else f"troll_{cls.troll_base_mode}"
     cls(compose_config("/nonexistent", f"trainer.v1.trainer_mode={mode}"))
     assert seen["mode"] == cls.troll_base_mode

@@ -225,6 +225,8 @@ def test_upstream_check_passes():
     with Watchdog(tag):
         result = subprocess.run(["bash", str(ROOT / "upstream/check.sh")], cwd=ROOT, capture_output=True, text=True,
                                 env={**os.environ, **run_env(tag)}, timeout=2600)  # fmt: skip
-    tail = result.stdout[-6000:] + result.stderr[-3000:]
-    assert result.returncode == 0 and "RESULT: PASS" in result.stdout, tail
+    summary = result.stdout[result.stdout.rfind("== [upstream] summary") :]
+    failures = [line for line in result.stdout.splitlines() if line.startswith(("FAILED ", "ERROR ", "E   "))]
+    report = "\n".join(failures[:40]) + "\n" + result.stderr[-3000:] + "\n" + summary
+    assert result.returncode == 0 and "RESULT: PASS" in result.stdout, report
     assert not tagged_processes(tag)

@@ -40,6 +40,7 @@ __all__ = [
     "VALUE_DTYPES",
     "POLICY_LOSS_CONFIG_TARGET",
     "VERL_TRAINER_MODES",
+    "TROLL_TRAINER_MODES",
     "troll_trainer_mode",
 ]
 
@@ -47,13 +48,18 @@ logger = logging.getLogger(__name__)
 # Actor strategies TROLL's engine path supports.
 _SUPPORTED_STRATEGIES = ("fsdp", "fsdp2", "megatron")
 
-# verl's v1 trainer modes (trainer.v1.trainer_mode) TROLL extends, and the mode that selects TROLL's trainer on each
+# verl's v1 trainer modes (trainer.v1.trainer_mode) that TROLL extends
 VERL_TRAINER_MODES = ("sync", "colocate_async", "separate_async")
 
 
 def troll_trainer_mode(base_mode: str) -> str:
     """The ``trainer.v1.trainer_mode`` that runs TROLL on verl's ``base_mode`` trainer (``sync`` -> ``troll``)."""
     return "troll" if base_mode == "sync" else f"troll_{base_mode}"
+
+
+# every trainer.v1.trainer_mode that selects a TROLL trainer
+TROLL_TRAINER_MODES = (*(troll_trainer_mode(mode) for mode in VERL_TRAINER_MODES), "troll_sync")
+
 # ``_target_`` of this module's settings class, and of verl's stock policy-loss config
 POLICY_LOSS_CONFIG_TARGET = "troll_verl.config.TrollPolicyLossConfig"
 _VERL_POLICY_LOSS_TARGET = "verl.workers.config.PolicyLossConfig"
@@ -135,6 +141,10 @@ def validate_troll_config(config) -> TrollPolicyLossConfig:
     if not OmegaConf.select(config, "trainer.use_v1", default=True):
         raise ValueError("TROLL runs on verl's v1 trainer only; set trainer.use_v1=true.")
     mode = OmegaConf.select(config, "trainer.v1.trainer_mode", default="sync")
+    if str(mode).startswith("troll") and mode not in TROLL_TRAINER_MODES:
+        raise ValueError(
+            f"trainer.v1.trainer_mode={mode} is not one of TROLL's trainers; use one of {list(TROLL_TRAINER_MODES)}."
+        )
     if mode in VERL_TRAINER_MODES:
         from .seam import seam_available
 

@@ -23,7 +23,8 @@ through :func:`troll_verl.main.prepare` (verl's ``validate_config``, TROLL's ref
   (when enabled) and the reward's sandbox settings; loads the reward manager class and the custom reward function;
 - reads TROLL's settings (``prepare`` ran ``validate_troll_config`` for ``loss_mode=troll``) and runs the start-up
   assertions of verl's workers and engines that depend on the config alone (rollout and Megatron world sizes,
-  dynamic-batch flags, token budgets);
+  dynamic-batch flags, token budgets) and of verl's ``separate_async`` trainer (batch = sync steps x mini-batch,
+  a standalone rollout pool that holds a replica, a checkpoint engine other than ``naive``);
 - prints a compact summary and returns it as a dict.
 
 Nothing else happens: Ray is not started, no model, tokenizer or config file of the model is read or downloaded
@@ -169,6 +170,14 @@ VERL_INLINE_CHECKS = {
     "verl/trainer/ppo/v1/trainer_base.py": (
         "critic_cfg.engine.max_token_len_per_gpu = critic_cfg.ppo_infer_max_token_len_per_gpu",
     ),
+    "verl/trainer/ppo/v1/trainer_separate_async.py": (
+        "assert train_batch_size == parameter_sync_step * ppo_mini_batch_size",
+        'assert config.actor_rollout_ref.rollout.nnodes > 0, "nnodes must be > 0 in separate async training"',
+        "assert config.actor_rollout_ref.rollout.n_gpus_per_node > 0",
+        'assert config.actor_rollout_ref.rollout.checkpoint_engine.backend != "naive"',
+        "assert config.reward.reward_model.enable_resource_pool",
+    ),
+    "verl/workers/rollout/llm_server.py": ("num_replicas = ",),
 }
 
 
@@ -184,9 +193,11 @@ def _check_startup(config: DictConfig, actor: Any, rollout: Any, use_ref: bool, 
     arr = config.actor_rollout_ref
     n_gpus = _n_gpus(config)
 
-    # engine_workers.ActorRolloutRefWorker.init_model: colocated rollout replicas tile the trainer's GPUs ...
+    # engine_workers.ActorRolloutRefWorker.init_model: colocated rollout replicas tile the trainer's GPUs (not with
+    # separate_async's hybrid_engine=false, where the actor has no rollout role) ...
     infer_world = rollout.tensor_model_parallel_size * rollout.data_parallel_size * rollout.pipeline_model_parallel_size
-    if n_gpus % infer_world:
+    colocated = bool(arr.get("hybrid_engine", True))
+    if colocated and n_gpus % infer_world:
         raise ValueError(
             f"rollout world_size ({n_gpus} GPUs = trainer.n_gpus_per_node x trainer.nnodes) is not divisible by "
             f"infer_world_size ({infer_world} = actor_rollout_ref.rollout.tensor_model_parallel_size x "
@@ -289,6 +300,24 @@ def _check_trainer_mode(config: DictConfig, use_reward_model: bool, troll: bool)
             raise ValueError(
                 f"separate_async runs its rollout on a standalone pool: set actor_rollout_ref.rollout.{key} > 0."
             )
+    # rollout/llm_server.LLMServerManager: the standalone pool holds num_replicas = its GPUs // a replica's GPUs
+    pool_gpus = int(rollout.nnodes) * int(rollout.n_gpus_per_node)
+    replica_gpus = (
+        int(rollout.tensor_model_parallel_size) * int(rollout.data_parallel_size)
+        * int(rollout.pipeline_model_parallel_size)
+    )  # fmt: skip
+    if pool_gpus < replica_gpus:
+        raise ValueError(
+            f"the standalone rollout pool ({pool_gpus} GPUs = actor_rollout_ref.rollout.nnodes x n_gpus_per_node) "
+            f"holds no replica of {replica_gpus} GPUs (rollout tensor x data x pipeline parallel): raise the pool "
+            "or lower the rollout's parallel sizes."
+        )
+    switch = config.trainer.v1.separate_async.get("hybrid_rollout", {}) or {}
+    if switch.get("enable_switch", False) and (rollout.get("disaggregation", {}) or {}).get("enabled", False):
+        raise ValueError(
+            "trainer.v1.separate_async.hybrid_rollout.enable_switch does not support rollout disaggregation: set "
+            "one of them to false."
+        )
     if rollout.checkpoint_engine.backend == "naive":
         raise ValueError(
             "separate_async syncs weights to its standalone rollout through a checkpoint engine: set "

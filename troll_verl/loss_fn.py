@@ -91,7 +91,8 @@ def legacy_policy_loss(
         raise ValueError(
             "loss_mode=troll needs the sparse top-K distributions of both policies, which verl's generic policy-loss "
             "call (ppo_loss) does not provide on this verl. Run verl through TROLL's trainer: add "
-            "trainer.v1.trainer_mode=troll to your overrides (or launch with python -m troll_verl.main)."
+            "trainer.v1.trainer_mode=troll to your overrides (troll_colocate_async or troll_separate_async for verl's "
+            "asynchronous trainers), or launch with python -m troll_verl.main."
         )
     loss, metrics = compute_policy_loss_troll(
         old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, config, rollout_is_weights,
@@ -126,7 +127,8 @@ class TrollLossFn:
         if mode not in ("old", "update"):
             raise RuntimeError(
                 "TROLL's loss function was called outside TROLL's old-log-prob or update pass (troll_mode is "
-                f"{mode!r}). Run verl with trainer.v1.trainer_mode=troll so TROLL's worker tags its passes."
+                f"{mode!r}). Run verl with trainer.v1.trainer_mode=troll (or troll_colocate_async, "
+                "troll_separate_async) so TROLL's trainer tags its passes."
             )
         if student_logits is not None:
             if mode == "update":

@@ -23,7 +23,10 @@ what                        verl registry                             when
 policy loss ``troll``       ``core_algos.POLICY_LOSS_REGISTRY``       when ``verl.trainer.ppo.core_algos`` loads
 (with its logits hooks                                                (the hooks: only where verl has the
 as ``PolicyLossSpec``)                                                policy-loss logits seam, see below)
-trainer ``troll``           ``ppo.v1.trainer_base.TRAINER_REGISTRY``  when ``verl.trainer.ppo.v1`` loads
+trainers ``troll``,         ``ppo.v1.trainer_base.TRAINER_REGISTRY``  when ``verl.trainer.ppo.v1`` loads
+``troll_sync``,
+``troll_colocate_async``,
+``troll_separate_async``
 platform ``cpu``            ``plugin.platform.PlatformRegistry``      now, only with ``VERL_PLATFORM=cpu``
 FSDP engines for ``cpu``    ``workers.engine.EngineRegistry``         when ``verl.workers.engine`` loads, only
                                                                       with ``VERL_PLATFORM=cpu``

@@ -16,14 +16,14 @@
 One mixin, :class:`TrollTrainerMixin`, holds everything TROLL adds to a verl v1 trainer; each TROLL trainer is that
 mixin on one of verl's trainers, selected with one override, ``trainer.v1.trainer_mode``:
 
-=========================  ================================  ==============================================
-``trainer_mode``           verl's trainer                    notes
-=========================  ================================  ==============================================
-``troll`` (``troll_sync``)  ``PPOTrainerSync``                colocated rollout, synchronous updates
-``troll_colocate_async``   ``PPOTrainerColocateAsync``       colocated rollout, partial rollouts, warm-up
-                                                             batches (``trainer.v1.colocate_async.*``)
-``troll_separate_async``   ``PPOTrainerSeparateAsync``       standalone rollout pool; not yet run end to end
-=========================  ================================  ==============================================
+===========================  ================================  ==============================================
+``trainer_mode``             verl's trainer                    notes
+===========================  ================================  ==============================================
+``troll`` (``troll_sync``)   ``PPOTrainerSync``                colocated rollout, synchronous updates
+``troll_colocate_async``     ``PPOTrainerColocateAsync``       colocated rollout, partial rollouts, warm-up
+                                                               batches (``trainer.v1.colocate_async.*``)
+``troll_separate_async``     ``PPOTrainerSeparateAsync``       standalone rollout pool; not yet run end to end
+===========================  ================================  ==============================================
 
 ``python -m troll_verl.main`` presets ``troll``. Each runs with ``trainer_mode`` reset to verl's own mode name, so
 every code path of that verl trainer (and its ``trainer.v1.<mode>.*`` settings) behaves as usual. On top, the mixin
@@ -176,14 +176,15 @@ class TrollTrainerSeparateAsync(TrollTrainerMixin, PPOTrainerSeparateAsync):
     troll_base_mode = "separate_async"
 
     def __init__(self, config: DictConfig):
-        if troll_loss_enabled(config):
+        troll = troll_loss_enabled(config)
+        super().__init__(config)  # validates first
+        if troll:
             logger.warning(
                 "TROLL with trainer.v1.trainer_mode=troll_separate_async: verl's separate-rollout trainer has not run "
                 "end to end with TROLL yet (its checkpoint engines need NCCL-class backends, which CPU testing "
                 "lacks); the pass flags around verl's pi_old weight swap are unit-tested. Check troll/* metrics on "
                 "your first steps."
             )
-        super().__init__(config)
 
 
 # trainer.v1.trainer_mode -> TROLL trainer ("troll" and its alias "troll_sync": verl's sync trainer)

@@ -32,6 +32,7 @@ Every worker class here also initialises a ``gloo`` process group first on the C
 
 from __future__ import annotations
 
+import torch
 from tensordict import TensorDict
 from verl.experimental.separation.engine_workers import DetachActorWorker
 from verl.single_controller.base.decorator import Dispatch, make_nd_compute_dataproto_dispatch_fn, register
@@ -40,7 +41,7 @@ from verl.utils.config import omega_conf_to_dataclass
 from verl.workers.engine_workers import ActorRolloutRefWorker, TrainingWorker
 
 from .loss_fn import TROLL_MODE_KEY, TrollLossFn
-from .platform.cpu import cpu_platform_requested, detach_cpu_copy, init_cpu_process_group
+from .platform.cpu import detach_cpu_copy, init_cpu_process_group
 from .seam import seam_available
 
 __all__ = [
@@ -123,6 +124,27 @@ class TrollDetachActorWorker(TrollActorWorkerMixin, DetachActorWorker):
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def save_model_to_cpu(self, n):
         super().save_model_to_cpu(n)
-        if cpu_platform_requested():
-            # NOTE: on the CPU platform verl's save aliases the live parameters (see detach_cpu_copy); copy them.
+        # NOTE: verl's save moves the parameters' shards with .cpu(), which returns the live storage itself where
+        # the parameters already are on the CPU (the CPU platform; parameter offload between calls): π_old would
+        # follow every update. Copy the saved state wherever it aliases a parameter (see detach_cpu_copy).
+        if _aliases_parameters(self.cpu_saved_models[n], self.actor.engine.module):
             self.cpu_saved_models[n] = detach_cpu_copy(self.cpu_saved_models[n])
+
+
+def _aliases_parameters(state, module) -> bool:
+    """Whether any tensor in ``state`` (tuples, lists, dicts walked) shares storage with a parameter of ``module``."""
+    live = set()
+    for param in module.parameters():
+        local = getattr(param, "_local_tensor", param)  # a DTensor's shard on this rank
+        live.add(local.untyped_storage().data_ptr())
+    stack = [state]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, torch.Tensor):
+            if item.untyped_storage().data_ptr() in live:
+                return True
+        elif isinstance(item, (tuple, list)):
+            stack.extend(item)
+        elif isinstance(item, dict):
+            stack.extend(item.values())
+    return False

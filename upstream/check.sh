@@ -40,6 +40,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT="$PWD"
+# verl's own tests run without troll-verl, so without its CPU platform (a caller's VERL_PLATFORM=cpu, e.g. from our
+# test suite, would make verl refuse to start); the stages that use troll-verl set it themselves.
+unset VERL_PLATFORM
 
 VERL_VERSION="${VERL_VERSION:-0.9.1}"
 WORK="$(mkdir -p "${UPSTREAM_WORK:-upstream/.work}" && cd "${UPSTREAM_WORK:-upstream/.work}" && pwd)"
@@ -177,10 +180,14 @@ fi
 # 6. verl's tests inside the tree ---------------------------------------------------------------------------------
 mapfile -t NEW_TESTS < <(git -C "$TREE" diff --name-only --diff-filter=A "$BASE" HEAD -- 'tests/*test_*.py' 'tests/**/test_*.py' | sort -u)
 stage "verl's tests/trainer and the ${#NEW_TESTS[@]} added test file(s), troll-verl not installed"
-if (cd "$TREE" && PYTHONPATH="$TREE" "$PY" -m pytest -q -p no:cacheprovider -W ignore tests/trainer "${NEW_TESTS[@]}" 2>&1 | tail -3; exit "${PIPESTATUS[0]}"); then
-    record "verl tests" PASS "tests/trainer + ${#NEW_TESTS[@]} new file(s)"
+verl_log="$WORK/verl-tests.log"
+if (cd "$TREE" && PYTHONPATH="$TREE" "$PY" -m pytest -q -p no:cacheprovider -W ignore -rfE tests/trainer "${NEW_TESTS[@]}" \
+        >"$verl_log" 2>&1); then
+    tail -1 "$verl_log"
+    record "verl tests" PASS "tests/trainer + ${#NEW_TESTS[@]} new file(s): $(tail -1 "$verl_log" | sed 's/=//g; s/^ *//')"
 else
-    record "verl tests" FAIL "see above"
+    tail -60 "$verl_log"
+    record "verl tests" FAIL "$(grep -E '^(FAILED|ERROR) ' "$verl_log" | head -3 | tr '\n' ' ')(log: $verl_log)"
 fi
 
 # 7. every existing loss bit for bit ------------------------------------------------------------------------------

@@ -261,9 +261,9 @@ def detach_cpu_copy(state: Any) -> Any:
     """``state`` with every tensor in it replaced by a copy (tuples, lists and dicts walked; other objects kept).
 
     verl's ``DetachActorWorker.save_model_to_cpu`` (separate_async's π_old) moves the parameters' shards to the CPU
-    with ``.cpu()``, which copies on a GPU but returns the very same storage when they already live on the CPU: the
-    "saved" π_old would follow the optimizer's in-place updates. TROLL's worker copies the saved state on the CPU
-    platform.
+    with ``.cpu()``, which copies on a GPU but returns the very same storage when they already live on the CPU (this
+    platform; parameter offload): the "saved" π_old would follow the optimizer's in-place updates. TROLL's worker
+    copies the saved state where it aliases a parameter.
     """
     if isinstance(state, torch.Tensor):
         return state.detach().clone()
