@@ -104,3 +104,13 @@ def test_only_the_old_log_prob_pass_is_tagged(monkeypatch, toy_loss, loss_mode, 
     batch.extra_info[POLICY_LOSS_OLD_PASS] = True  # even a stale flag is cleared on the reference pass
     trainer._compute_ref_log_prob(batch, {})
     assert seen[-1] is (False if flagged else True)  # a built-in loss's batch is left exactly as it was
+
+
+def test_legacy_trainer_refuses_an_old_pass_loss(toy_loss):
+    """The legacy trainer copies only fixed fields of the old-log-prob pass, so it refuses losses that store more."""
+    from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+
+    trainer = object.__new__(RayPPOTrainer)
+    trainer.config = OmegaConf.create({"actor_rollout_ref": {"actor": {"policy_loss": {"loss_mode": TOY}}}})
+    with pytest.raises(NotImplementedError, match="trainer.use_v1=true"):
+        trainer._compute_old_log_prob(batch=None)
