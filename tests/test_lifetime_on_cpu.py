@@ -13,6 +13,7 @@
 # limitations under the License.
 """troll_verl.lifetime: tagged process trees and the watchdog that stops them when their launcher dies."""
 
+import os
 import signal
 import subprocess
 import sys
@@ -79,3 +80,85 @@ def test_stop_tagged_ends_processes_that_ignore_sigterm():
     left = stop_tagged(tag, grace_s=1)
     assert len(left) == 1 and proc.poll() is not None  # reaped by stop_tagged, after SIGKILL
     assert stop_tagged(tag) == [] and tagged_processes(tag) == []
+
+
+# A child that retitles itself as Ray's agents do: setproctitle zeroes its environment block, tag included.
+_RETITLED = "import setproctitle, time; setproctitle.setproctitle('ray::Agent'); print(1, flush=True); time.sleep(600)"
+# A tagged parent of one such child: prints the child's pid, then lives argv[2] seconds.
+_PARENT = textwrap.dedent(
+    """
+    import subprocess, sys, time
+    child = subprocess.Popen([sys.executable, "-c", sys.argv[1]], stdout=subprocess.PIPE, text=True)
+    child.stdout.readline()
+    print(child.pid, flush=True)
+    time.sleep(float(sys.argv[2]))
+    """
+)
+# A launcher with a watchdog whose tagged parent ends (after the watchdog has polled) and leaves its child orphaned.
+_ORPHANING_LAUNCHER = textwrap.dedent(
+    """
+    import os, subprocess, sys, time
+    from troll_verl.lifetime import Watchdog, run_env
+    tag, parent, retitled = sys.argv[1:4]
+    Watchdog(tag).start()
+    env = {**os.environ, **run_env(tag)}
+    p = subprocess.Popen([sys.executable, "-c", parent, retitled, "6"], env=env, stdout=subprocess.PIPE, text=True)
+    print(p.stdout.readline().strip(), flush=True)
+    p.wait()
+    print("orphaned", flush=True)
+    time.sleep(600)
+    """
+)
+
+
+def _pids(tag):
+    return sorted(p.pid for p in tagged_processes(tag))
+
+
+@pytest.mark.slow
+def test_a_retitled_child_of_a_tagged_process_is_found():
+    """Found by a killed test run whose Ray dashboard and runtime-env agents survived the watchdog: their environment
+    no longer shows the tag, but their parent, the raylet, carries it."""
+    tag = new_run_tag()
+    parent = subprocess.Popen(
+        [sys.executable, "-c", _PARENT, _RETITLED, "600"], env={**os.environ, "TROLL_VERL_RUN_TAG": tag},
+        stdout=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+    try:
+        child = int(parent.stdout.readline())
+        with open(f"/proc/{child}/environ", "rb") as f:
+            assert f"TROLL_VERL_RUN_TAG={tag}".encode() not in f.read().split(b"\0")  # the tag alone misses it
+        assert _pids(tag) == sorted([parent.pid, child])
+        assert len(stop_tagged(tag, grace_s=1)) == 2 and not tagged_processes(tag)
+    finally:
+        parent.kill()
+
+
+@pytest.mark.slow
+def test_watchdog_stops_a_retitled_orphan():
+    """The watchdog remembers descendants while the run lives: a retitled child whose tagged parent died first is
+    still stopped when the launcher dies."""
+    tag = new_run_tag()
+    launcher = subprocess.Popen(
+        [sys.executable, "-c", _ORPHANING_LAUNCHER, tag, _PARENT, _RETITLED], stdout=subprocess.PIPE, text=True
+    )
+    child = None
+    try:
+        child = int(launcher.stdout.readline())
+        assert launcher.stdout.readline().strip() == "orphaned"  # the tagged parent is gone, the child lives on
+        assert not tagged_processes(tag) and not _gone(child)
+        launcher.kill()
+        launcher.wait(timeout=10)
+        assert _wait_for(lambda: _gone(child), 30), "the orphan survived the watchdog"
+    finally:
+        launcher.kill()
+        if child and not _gone(child):
+            os.kill(child, signal.SIGKILL)
+
+
+def _gone(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True

@@ -26,16 +26,29 @@ from _verl_engine import compose_config, make_batch, tiny_model_dir, update_batc
 from verl.single_controller.ray import RayClassWithInitArgs, RayResourcePool, RayWorkerGroup
 from verl.utils import tensordict_utils as tu
 
+from troll_verl.lifetime import RUN_TAG_ENV, Watchdog, new_run_tag
 from troll_verl.workers import TrollActorRolloutRefWorker
 
 pytestmark = pytest.mark.slow  # starts Ray
 
 
-@pytest.fixture(scope="module")
-def ray_cpu():
-    ray.init(num_cpus=4, num_gpus=1, include_dashboard=False, runtime_env={"env_vars": {"VERL_PLATFORM": "cpu"}})
-    yield
-    ray.shutdown()
+@pytest.fixture
+def ray_cpu(monkeypatch):
+    """A Ray session per test, whose processes never outlive it.
+
+    Per test: a worker group holds the host's one logical GPU in a placement group that lives as long as the Ray
+    session, so a session shared by two tests left the second waiting forever for that GPU. Never outliving it:
+    Ray's daemons and workers inherit a run tag, and a watchdog stops every tagged process when the test ends or
+    pytest itself is killed (``ray.shutdown`` does not run then)."""
+    tag = new_run_tag()
+    monkeypatch.setenv(RUN_TAG_ENV, tag)
+    with Watchdog(tag):
+        ray.init(num_cpus=4, num_gpus=1, include_dashboard=False, runtime_env={"env_vars": {"VERL_PLATFORM": "cpu"}})
+        monkeypatch.delenv(RUN_TAG_ENV)  # Ray's daemons have it; later subprocesses of this test must not
+        try:
+            yield
+        finally:
+            ray.shutdown()
 
 
 @pytest.mark.timeout(600)

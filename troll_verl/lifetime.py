@@ -48,27 +48,56 @@ def run_env(tag: str) -> dict[str, str]:
     return {RUN_TAG_ENV: tag}
 
 
-def tagged_processes(tag: str) -> list:
-    """Live processes (``psutil.Process``) whose environment carries ``RUN_TAG_ENV=tag``, this process excluded."""
+def _carries(proc, tag: str) -> bool:
+    """Whether ``proc`` was started with ``RUN_TAG_ENV=tag`` in its environment.
+
+    On Linux this reads ``/proc/PID/environ`` entry by entry. psutil's ``environ()`` stops at the first empty entry,
+    and a process that retitles itself with a long title (Ray's dashboard and runtime-env agents, via setproctitle)
+    zeroes the start of that block: psutil then reports an empty environment and the process escaped the watchdog.
+    """
+    path = f"/proc/{proc.pid}/environ"
+    if os.path.exists(path):
+        with open(path, "rb") as f:
+            return f"{RUN_TAG_ENV}={tag}".encode() in f.read().split(b"\0")
+    return proc.environ().get(RUN_TAG_ENV) == tag
+
+
+def tagged_processes(tag: str, with_descendants: bool = True) -> list:
+    """Live processes (``psutil.Process``) whose environment carries ``RUN_TAG_ENV=tag``, this process excluded.
+
+    With ``with_descendants`` (the default), also every live descendant of one: a process that retitles itself with
+    setproctitle can zero its whole environment block (Ray's dashboard and runtime-env agents do), so the tag alone
+    does not find it, but its parent (the raylet) still carries it.
+    """
     import psutil
 
-    found = []
+    found: dict[int, object] = {}
     me = os.getpid()
     for proc in psutil.process_iter():
-        if proc.pid == me:
-            continue
         try:
-            if proc.environ().get(RUN_TAG_ENV) == tag and proc.status() != psutil.STATUS_ZOMBIE:
-                found.append(proc)
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            if proc.pid != me and _carries(proc, tag) and proc.status() != psutil.STATUS_ZOMBIE:
+                found[proc.pid] = proc
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, OSError):
             continue
-    return found
+    if with_descendants:
+        for proc in list(found.values()):
+            try:
+                for child in proc.children(recursive=True):
+                    if child.pid != me and child.status() != psutil.STATUS_ZOMBIE:
+                        found.setdefault(child.pid, child)
+            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+                continue
+    return list(found.values())
 
 
-def stop_tagged(tag: str, grace_s: float = 10.0) -> list[str]:
-    """Terminate every process tagged ``tag``, then kill what is left after ``grace_s``.
+def stop_tagged(tag: str, grace_s: float = 10.0, also: tuple = ()) -> list[str]:
+    """Terminate every process tagged ``tag`` (and their descendants), then kill what is left after ``grace_s``.
 
     Repeats until none is found (a dying Ray worker can start a child in between).
+
+    Args:
+        also: further ``psutil.Process`` objects to stop if they still run (psutil refuses to signal a reused PID),
+            such as the watchdog's record of descendants whose tagged parent died first.
 
     Returns:
         The command lines of the processes that had to be signalled (empty when nothing was left).
@@ -76,21 +105,27 @@ def stop_tagged(tag: str, grace_s: float = 10.0) -> list[str]:
     import psutil
 
     signalled: list[str] = []
+    extra = list(also)
     for _ in range(5):
-        procs = tagged_processes(tag)
+        procs = {p.pid: p for p in tagged_processes(tag)}
+        for proc in extra:
+            if proc.pid not in procs and proc.pid != os.getpid() and proc.is_running():
+                procs[proc.pid] = proc
+        extra = []
+        procs = list(procs.values())
         if not procs:
             break
         for proc in procs:
             try:
                 signalled.append(" ".join(proc.cmdline())[:160])
                 proc.terminate()
-            except (psutil.NoSuchProcess, psutil.AccessDenied):
+            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
                 pass
         _, alive = psutil.wait_procs(procs, timeout=grace_s)
         for proc in alive:
             try:
                 proc.kill()
-            except (psutil.NoSuchProcess, psutil.AccessDenied):
+            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
                 pass
         psutil.wait_procs(alive, timeout=grace_s)
     return signalled
@@ -135,18 +170,31 @@ class Watchdog:
         self.close()
 
 
-def _watch(tag: str) -> int:
+def _watch(tag: str, poll_s: float = 2.0) -> int:
+    import select
     import signal
 
     # The launcher's terminal signals are not ours: only end-of-file on stdin ends the watch.
     for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM):
         signal.signal(sig, signal.SIG_IGN)
+    # While the run lives, remember the tagged processes' descendants: when the launcher dies, a parent can die
+    # before its retitled child (whose own environment may no longer show the tag) is looked at.
+    seen: dict[tuple[int, float], object] = {}
+    fd = sys.stdin.fileno()
     try:
-        while sys.stdin.buffer.read(4096):
-            pass
+        while True:
+            ready, _, _ = select.select([fd], [], [], poll_s)
+            if ready and not os.read(fd, 4096):
+                break
+            if not ready:
+                for proc in tagged_processes(tag):
+                    try:
+                        seen.setdefault((proc.pid, proc.create_time()), proc)
+                    except Exception:  # gone in between
+                        continue
     except OSError:
         pass
-    left = stop_tagged(tag)
+    left = stop_tagged(tag, also=tuple(seen.values()))
     if left:
         try:
             print(f"[troll-verl watchdog] stopped {len(left)} leftover process(es) of run {tag}", file=sys.stderr)
