@@ -38,6 +38,10 @@ an interrupted benchmark continues where it stopped.
 
     .venv/bin/python scripts/bench_learning.py --seeds 0 1 2 --steps 60
     .venv/bin/python scripts/bench_learning.py --model smollm2 --variants grpo grpo_upper --seeds 0 1 2 --steps 10
+    .venv/bin/python scripts/bench_learning.py --model smollm2 --variants async1 async2 grpo8 --steps 10 \
+        --out-dir outputs/bench_staleness_smollm2   # the staleness study
+
+``grpo8``'s mini-batches follow from the model's batch (``UPDATES_PER_BATCH``, :func:`arm_overrides`).
 
 ``grpo_upper`` is TROLL with ``old_estimate=upper`` (no clip arm of its own: compare it with ``grpo``'s).
 """
@@ -62,11 +66,29 @@ from troll_verl.quickstart import (
     run_trainer,
 )
 
-# 16 prompts per batch (tiny_cpu_overrides' default) in mini-batches of 2 prompts (16 sequences)
-_EIGHT_UPDATES = [
-    "actor_rollout_ref.actor.ppo_mini_batch_size=2",
-    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16",
-]
+# optimizer steps per batch of the arms that change the quickstart's 2 (the mini-batch follows from the model's batch)
+UPDATES_PER_BATCH = {"grpo8": 8}
+
+
+def updates_overrides(updates: int, model) -> list[str]:
+    """Mini-batch overrides that give ``updates`` optimizer steps per batch on ``model`` (a ``CPUModel``): the
+    tiny model's 16 prompts in mini-batches of 2, SmolLM2's 8 in mini-batches of 1."""
+    if model.batch_prompts % updates:
+        raise ValueError(
+            f"{model.name}: {model.batch_prompts} prompts per batch do not split into {updates} mini-batches"
+        )
+    mini = model.batch_prompts // updates
+    micro = max(1, min(model.micro_batch, mini * model.n))
+    return [
+        f"actor_rollout_ref.actor.ppo_mini_batch_size={mini}",
+        f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={micro}",
+    ]
+
+
+def arm_overrides(variant: str, loss: str, model) -> list[str]:
+    """The overrides of one arm on ``model``: the variant's own, plus its update schedule where it sets one."""
+    extra = updates_overrides(UPDATES_PER_BATCH[variant], model) if variant in UPDATES_PER_BATCH else []
+    return VARIANTS[variant][loss] + extra
 
 
 def _async(warmup_batches: int) -> list[str]:
@@ -83,10 +105,10 @@ VARIANTS = {
     },
     # the paper's update schedule: 8 optimizer steps per batch (there: 256 prompts, mini-batch 32), so later
     # mini-batches are off-policy and the trust region / clip has work to do
+    # (mini-batches from UPDATES_PER_BATCH, see arm_overrides)
     "grpo8": {
-        "troll": ["actor_rollout_ref.actor.policy_loss.loss_mode=troll", *_EIGHT_UPDATES],
-        "clip": ["actor_rollout_ref.actor.policy_loss.loss_mode=vanilla", "actor_rollout_ref.actor.clip_ratio=0.2",
-                 *_EIGHT_UPDATES],  # fmt: skip
+        "troll": ["actor_rollout_ref.actor.policy_loss.loss_mode=troll"],
+        "clip": ["actor_rollout_ref.actor.policy_loss.loss_mode=vanilla", "actor_rollout_ref.actor.clip_ratio=0.2"],
     },
     # TROLL with the upper old-side estimate (troll_verl.sparse.old_side_estimate); its baseline is grpo's clip
     "grpo_upper": {
@@ -318,8 +340,9 @@ def main(argv=None) -> int:
             continue
         print(f"[{index}/{len(plan)}] {key}: running {args.steps} steps ...", flush=True)
         start = time.perf_counter()
-        overrides = cpu_run_overrides(model, assets, steps=args.steps, seed=seed, run_dir=run_dir,
-                                      experiment=key.replace("/", "_")) + VARIANTS[variant][loss]  # fmt: skip
+        overrides = cpu_run_overrides(
+            model, assets, steps=args.steps, seed=seed, run_dir=run_dir, experiment=key.replace("/", "_")
+        ) + arm_overrides(variant, loss, model)
         result = run_trainer(overrides, run_dir, track_memory=True)
         if result.returncode != 0:
             print(f"  failed (exit {result.returncode}); see {result.log_path}", file=sys.stderr)

@@ -50,6 +50,20 @@ def test_staleness_arms_run_both_losses_on_the_colocate_async_trainer():
         assert "actor_rollout_ref.actor.policy_loss.loss_mode=vanilla" in bl.VARIANTS[variant]["clip"]
 
 
+def test_eight_updates_per_batch_on_each_model():
+    from troll_verl.quickstart import MODELS
+
+    tiny = bl.arm_overrides("grpo8", "troll", MODELS["tiny"])  # 16 prompts x 8 samples: the schedule measured before
+    assert tiny[-2:] == ["actor_rollout_ref.actor.ppo_mini_batch_size=2",
+                         "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16"]  # fmt: skip
+    smollm2 = bl.arm_overrides("grpo8", "clip", MODELS["smollm2"])  # 8 prompts x 4 samples
+    assert smollm2[-2:] == ["actor_rollout_ref.actor.ppo_mini_batch_size=1",
+                            "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4"]  # fmt: skip
+    assert bl.arm_overrides("grpo", "troll", MODELS["smollm2"]) == bl.VARIANTS["grpo"]["troll"]
+    with pytest.raises(ValueError, match="do not split into 3"):
+        bl.updates_overrides(3, MODELS["tiny"])
+
+
 def test_run_stats_reports_staleness_and_kl_to_the_rollout():
     stats = bl.run_stats(_rows([0.1, 0.2, 0.3, 0.4], staleness=[0, 1, 1, 2], kl=[1e-3, 2e-3, 3e-3, 2e-3]), 0.5)
     assert stats["staleness"] == pytest.approx(1.0) and stats["kl_rollout"] == pytest.approx(2e-3)
