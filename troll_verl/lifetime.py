@@ -62,12 +62,13 @@ def _carries(proc, tag: str) -> bool:
     return proc.environ().get(RUN_TAG_ENV) == tag
 
 
-def tagged_processes(tag: str, with_descendants: bool = True) -> list:
-    """Live processes (``psutil.Process``) whose environment carries ``RUN_TAG_ENV=tag``, this process excluded.
+def tagged_processes(tag: str) -> list:
+    """Live processes (``psutil.Process``) whose environment carries ``RUN_TAG_ENV=tag``, and every live descendant
+    of one; this process excluded.
 
-    With ``with_descendants`` (the default), also every live descendant of one: a process that retitles itself with
-    setproctitle can zero its whole environment block (Ray's dashboard and runtime-env agents do), so the tag alone
-    does not find it, but its parent (the raylet) still carries it.
+    Descendants count because a process that retitles itself with setproctitle can zero its whole environment block
+    (Ray's dashboard and runtime-env agents do), so the tag alone does not find it, but its parent (the raylet) still
+    carries it.
     """
     import psutil
 
@@ -79,14 +80,13 @@ def tagged_processes(tag: str, with_descendants: bool = True) -> list:
                 found[proc.pid] = proc
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, OSError):
             continue
-    if with_descendants:
-        for proc in list(found.values()):
-            try:
-                for child in proc.children(recursive=True):
-                    if child.pid != me and child.status() != psutil.STATUS_ZOMBIE:
-                        found.setdefault(child.pid, child)
-            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-                continue
+    for proc in list(found.values()):
+        try:
+            for child in proc.children(recursive=True):
+                if child.pid != me and child.status() != psutil.STATUS_ZOMBIE:
+                    found.setdefault(child.pid, child)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
     return list(found.values())
 
 
@@ -178,8 +178,9 @@ def _watch(tag: str, poll_s: float = 2.0) -> int:
     for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM):
         signal.signal(sig, signal.SIG_IGN)
     # While the run lives, remember the tagged processes' descendants: when the launcher dies, a parent can die
-    # before its retitled child (whose own environment may no longer show the tag) is looked at.
-    seen: dict[tuple[int, float], object] = {}
+    # before its retitled child (whose own environment may no longer show the tag) is looked at. A psutil.Process
+    # is identified by pid and start time, so a reused pid is a different element.
+    seen: set = set()
     fd = sys.stdin.fileno()
     try:
         while True:
@@ -187,14 +188,10 @@ def _watch(tag: str, poll_s: float = 2.0) -> int:
             if ready and not os.read(fd, 4096):
                 break
             if not ready:
-                for proc in tagged_processes(tag):
-                    try:
-                        seen.setdefault((proc.pid, proc.create_time()), proc)
-                    except Exception:  # gone in between
-                        continue
+                seen.update(tagged_processes(tag))
     except OSError:
         pass
-    left = stop_tagged(tag, also=tuple(seen.values()))
+    left = stop_tagged(tag, also=tuple(seen))
     if left:
         try:
             print(f"[troll-verl watchdog] stopped {len(left)} leftover process(es) of run {tag}", file=sys.stderr)
