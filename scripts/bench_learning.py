@@ -61,6 +61,7 @@ from troll_verl.quickstart import (
     REWARD_KEY,
     VAL_KEY,
     cpu_run_overrides,
+    micro_batch_size,
     read_metrics,
     reward_window,
     run_trainer,
@@ -78,10 +79,9 @@ def updates_overrides(updates: int, model) -> list[str]:
             f"{model.name}: {model.batch_prompts} prompts per batch do not split into {updates} mini-batches"
         )
     mini = model.batch_prompts // updates
-    micro = max(1, min(model.micro_batch, mini * model.n))
     return [
         f"actor_rollout_ref.actor.ppo_mini_batch_size={mini}",
-        f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={micro}",
+        f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={micro_batch_size(model, mini, model.n)}",
     ]
 
 

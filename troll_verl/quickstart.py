@@ -47,8 +47,8 @@ from .lifetime import Watchdog, new_run_tag, run_env, stop_tagged, tagged_proces
 from .platform.cpu import CPU_ENGINE_OVERRIDES, CPU_VLLM_OVERRIDES
 from .plotting import REWARD_KEY, plot_runs, read_metrics
 
-__all__ = ["CPUModel", "MODELS", "cpu_run_overrides", "tiny_cpu_overrides", "run_trainer", "summarize", "plot_runs",
-           "read_metrics", "RunResult", "main", "REWARD_KEY", "VAL_KEY"]  # fmt: skip
+__all__ = ["CPUModel", "MODELS", "cpu_run_overrides", "micro_batch_size", "tiny_cpu_overrides", "run_trainer",
+           "summarize", "plot_runs", "read_metrics", "RunResult", "main", "REWARD_KEY", "VAL_KEY"]  # fmt: skip
 
 VAL_KEY = "val-core/troll_tiny/addition/acc/mean@1"
 _TROLL_KEYS = ("actor/troll/kl_before", "actor/troll/kl_after", "actor/troll/kl_after_max", "actor/troll/eta_mean",
@@ -116,6 +116,12 @@ MODELS = {
 }  # fmt: skip
 
 
+def micro_batch_size(model: CPUModel, mini_batch_prompts: int, n: int) -> int:
+    """Sequences per forward/backward micro-batch: a whole mini-batch of ``mini_batch_prompts`` x ``n`` sequences,
+    capped at ``model.micro_batch`` (memory)."""
+    return max(1, min(model.micro_batch, mini_batch_prompts * n))
+
+
 def cpu_run_overrides(
     model: CPUModel,
     assets,
@@ -147,7 +153,7 @@ def cpu_run_overrides(
     n = model.n if n is None else n
     lr = model.lr if lr is None else lr
     test_freq = model.test_freq if test_freq is None else test_freq
-    micro = max(1, min(model.micro_batch, max(1, batch_prompts // 2) * n))
+    micro = micro_batch_size(model, max(1, batch_prompts // 2), n)
     return [
         *CPU_ENGINE_OVERRIDES,
         f"data.train_files={assets.train_file}",
