@@ -44,6 +44,14 @@ an interrupted benchmark continues where it stopped.
 ``grpo8``'s mini-batches follow from the model's batch (``UPDATES_PER_BATCH``, :func:`arm_overrides`).
 
 ``grpo_upper`` is TROLL with ``old_estimate=upper`` (no clip arm of its own: compare it with ``grpo``'s).
+
+``bypass`` is TROLL in verl's bypass mode (:mod:`troll_verl.bypass`: the old distribution is the vLLM rollout's
+top-K, no old-log-prob pass), ``bypass_bf16`` the same with a bf16 rollout against the fp32 actor (a stand-in for a
+GPU's train-inference mismatch); neither has a clip arm of its own: run them with ``grpo`` (TROLL recomputing the old
+distribution, and clip), and the report adds their mismatch table:
+
+    .venv/bin/python scripts/bench_learning.py --model smollm2 --variants grpo bypass bypass_bf16 --steps 10 \
+        --out-dir outputs/bench_bypass_smollm2
 """
 
 from __future__ import annotations
@@ -91,6 +99,9 @@ def arm_overrides(variant: str, loss: str, model) -> list[str]:
     return VARIANTS[variant][loss] + extra
 
 
+BYPASS = "algorithm.rollout_correction.bypass_mode=true"
+
+
 def _async(warmup_batches: int) -> list[str]:
     return [
         "trainer.v1.trainer_mode=troll_colocate_async",
@@ -128,6 +139,12 @@ VARIANTS = {
         "clip": ["actor_rollout_ref.actor.policy_loss.loss_mode=vanilla", "actor_rollout_ref.actor.clip_ratio=0.2",
                  *_async(2)],  # fmt: skip
     },
+    # bypass mode (troll_verl.bypass): the old distribution is the vLLM rollout's top-K, no old-log-prob pass; its
+    # baselines are grpo's arms (TROLL recomputing the old distribution, and clip), same seeds and data order
+    "bypass": {"troll": ["actor_rollout_ref.actor.policy_loss.loss_mode=troll", BYPASS]},
+    # the same with a bf16 rollout against the fp32 actor: a stand-in for a GPU's train-inference mismatch
+    "bypass_bf16": {"troll": ["actor_rollout_ref.actor.policy_loss.loss_mode=troll", BYPASS,
+                             "actor_rollout_ref.rollout.dtype=bfloat16"]},  # fmt: skip
     "gspo": {
         "troll": [
             "actor_rollout_ref.actor.policy_loss.loss_mode=troll",
@@ -174,6 +191,11 @@ def run_stats(rows: list[dict], target: float, val_key: str = VAL_KEY, peak_rss:
         # verl's sampled-token estimate of KL(rollout policy || old policy), mean over steps
         "staleness": _mean_of(train, "training/off_policy/trajectory_staleness/mean"),
         "kl_rollout": _mean_of(train, "rollout_corr/kl"),
+        # bypass mode: the sparse KL between the rollout's and the actor's distributions before each step's first
+        # update (the train-inference mismatch, plus staleness in the asynchronous trainers), and the share it projects
+        "mismatch_kl_step1": train[0].get("actor/troll/mismatch_kl") if train else None,
+        "mismatch_kl": _mean_of(train, "actor/troll/mismatch_kl"),
+        "mismatch_projected": _mean_of(train, "actor/troll/mismatch_projected_frac"),
         "gen_s": _median_after_first(train, "timing_s/gen"),
         "old_log_prob_s": _median_after_first(train, "timing_s/old_log_prob"),
         "update_s": _median_after_first(train, "timing_s/update_actor"),
@@ -257,6 +279,18 @@ def report(results: dict, seeds: list[int], steps: int, target: float, variants=
             f"{_mean_sd(clip_c) if clip_c else 'n/a'} | {f'{statistics.mean(stale):.2f}' if stale else 'n/a'} | "
             f"{kl_cell} |"
         )
+    mismatch = [(v, [results.get(f"{v}/troll/seed{s}") for s in seeds]) for v in variants]
+    mismatch = [(v, [r for r in runs if r and r.get("mismatch_kl") is not None]) for v, runs in mismatch]
+    if any(runs for _, runs in mismatch):
+        lines += ["", "Train-inference mismatch in bypass mode (TROLL's sparse KL between the rollout's and the "
+                  "actor's distributions on each step's first micro-batch, before any update; per seed):", "",
+                  "| variant | step 1 | mean over steps | projected by the mismatch alone |",
+                  "|---|---|---|---|"]  # fmt: skip
+        for variant, runs in mismatch:
+            if runs:
+                step1 = ", ".join(f"{r['mismatch_kl_step1']:.2e}" for r in runs)
+                mean = ", ".join(f"{r['mismatch_kl']:.2e}" for r in runs)
+                lines.append(f"| {variant} | {step1} | {mean} | {_mean_sd([r['mismatch_projected'] for r in runs])} |")
     lines.append("")
     for variant, ratio in ratios.items():
         lines.append(f"{variant}: TROLL / clip mean steps to target = {ratio:.2f}")

@@ -56,7 +56,7 @@ def init_single_process_group() -> None:
 
 def tiny_model_dir(
     path: str, vocab: int = 128, layers: int = 2, seed: int = 0, mix_positions: bool = True, hidden: int = 32,
-    heads: int = 4, intermediate: int | None = None, arch: str = "qwen2", tie: bool = False,
+    heads: int = 4, intermediate: int | None = None, arch: str = "qwen2", tie: bool = False, head_scale: float = 40.0,
 ) -> str:  # fmt: skip
     """Save a random tiny Qwen2 (fp32) to ``path`` and return it.
 
@@ -79,8 +79,8 @@ def tiny_model_dir(
     )
     torch.manual_seed(seed)
     model = model_cls(cfg)
-    with torch.no_grad():  # peakier than the default init, so the mass rule keeps a few tokens
-        model.lm_head.weight.mul_(40.0)
+    with torch.no_grad():  # peakier than the default init (head_scale), so the mass rule keeps a few tokens
+        model.lm_head.weight.mul_(head_scale)
         if not mix_positions:
             for layer in model.model.layers:
                 layer.self_attn.o_proj.weight.zero_()

@@ -198,6 +198,13 @@ def test_dry_run_accepts_troll_in_each_colocated_mode(gpu_cluster_env, mode):
     assert summary["trainer_mode"] == mode and summary["loss_mode"] == "troll" and summary["warnings"] == []
 
 
+@pytest.mark.parametrize("mode", ["troll", "troll_colocate_async"])
+def test_dry_run_accepts_troll_in_bypass_mode(gpu_cluster_env, mode):
+    """The old distribution from the rollout (troll_verl.bypass): verl's bypass mode with TROLL validates."""
+    summary = _dry_run(f"trainer.v1.trainer_mode={mode}", "algorithm.rollout_correction.bypass_mode=true")
+    assert summary["loss_mode"] == "troll" and summary["warnings"] == []
+
+
 def test_dry_run_validates_separate_async_and_says_it_has_not_run(gpu_cluster_env):
     summary = _dry_run(*SEPARATE_ASYNC)
     assert summary["trainer_mode"] == "troll_separate_async"
@@ -212,7 +219,6 @@ def test_dry_run_validates_separate_async_and_says_it_has_not_run(gpu_cluster_en
         ("actor_rollout_ref.rollout.nnodes=0", r"actor_rollout_ref.rollout.nnodes > 0"),
         ("actor_rollout_ref.rollout.n_gpus_per_node=1", r"rollout pool \(1 GPUs .* holds no replica of 2 GPUs"),
         ("actor_rollout_ref.rollout.checkpoint_engine.backend=naive", r"checkpoint_engine.backend to nccl"),
-        ("algorithm.rollout_correction.bypass_mode=true", r"asynchronous ones included"),
     ],
 )
 def test_dry_run_refuses_what_separate_async_cannot_run(gpu_cluster_env, override, match):

@@ -179,6 +179,38 @@ def test_troll_in_colocate_async_trains_on_stale_data_and_keeps_the_bound(assets
     assert _no_ray_left() == []
 
 
+BYPASS = "algorithm.rollout_correction.bypass_mode=true"
+
+
+@pytest.mark.timeout(RUN_TIMEOUT_S + 60)
+@pytest.mark.parametrize("mode", [["trainer.v1.trainer_mode=troll"], COLOCATE_ASYNC], ids=["sync", "colocate_async"])
+def test_troll_in_bypass_mode_takes_the_old_distribution_from_vllm(assets, tmp_path, mode):
+    """bypass_mode=true (troll_verl.bypass): TROLL's old distribution is the vLLM rollout's top-K and the actor's
+    old-log-prob pass never runs. How that is checked: verl writes ``actor/entropy`` right after that pass, and it is
+    absent; TROLL's trainer reports the rollout's tail mass where the pass would be; the update reads the rollout's
+    top-K and keeps the bound on every token. In ``sync`` the rollout ran the actor's weights at fp32, so the
+    mismatch before the first update is rounding only; ``colocate_async`` carries the top-K across resumed chunks."""
+    run_dir = str(tmp_path / "bypass")
+    overrides = tiny_cpu_overrides(assets, loss_mode="troll", steps=3, batch_prompts=8, n=4, lr=1e-2,
+                                   run_dir=run_dir, test_freq=-1)  # fmt: skip
+    overrides += ["trainer.val_before_train=False", BYPASS, *mode]
+    result = run_trainer(overrides, run_dir, timeout_s=RUN_TIMEOUT_S, env=_TAG)
+    log = open(result.log_path).read()
+    assert result.returncode == 0, log[-4000:]
+    assert "TROLL bypass mode: no old-log-prob pass" in log
+    rows = _train_rows(result.rows())
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    for r in rows:
+        assert "actor/entropy" not in r  # the actor's old-log-prob pass did not run
+        assert 0.0 <= r["troll/rollout_tail_mass"] < 1.0
+        assert r["actor/troll/kl_after_max"] <= 0.05 * (1 + 1e-3)
+        assert 0.0 <= r["actor/troll/mismatch_projected_frac"] <= 1.0
+    if mode[0].endswith("=troll"):
+        assert rows[0]["actor/troll/mismatch_kl"] < 1e-4, rows[0]["actor/troll/mismatch_kl"]
+        assert rows[0]["actor/troll/mismatch_projected_frac"] == 0.0
+    assert _no_ray_left() == []
+
+
 @pytest.mark.timeout(2 * RUN_TIMEOUT_S + 60)
 def test_colocate_async_checkpoint_and_resume(assets, tmp_path):
     """Save at step 2 in colocate_async (verl also saves the TransferQueue's in-flight prompts), resume, finish."""

@@ -42,7 +42,7 @@ TROLL_CLASSES = [TrollTrainer, TrollTrainerColocateAsync, TrollTrainerSeparateAs
 @pytest.mark.parametrize(
     "override, match",
     [
-        ("algorithm.rollout_correction.bypass_mode=true", r"bypass_mode=true never recomputes old log-probs"),
+        ("algorithm.rollout_correction.bypass_mode=true", r"takes the old top-K from verl's vLLM rollout"),
         ("actor_rollout_ref.model.use_fused_kernels=true", r"use_fused_kernels=false"),
         ("actor_rollout_ref.actor.strategy=veomni", r"strategy=fsdp2"),
         ("actor_rollout_ref.actor.pad_to_length=true", r"pad_to_length=false"),
@@ -124,6 +124,7 @@ def _trainer(troll=True, cls=TrollTrainer):
     trainer = object.__new__(cls)
     trainer.troll_enabled = troll
     trainer.troll_flags = troll  # verl 0.9 as released: no policy-loss logits seam
+    trainer.troll_bypass = False  # the actor recomputes the old distribution (bypass mode: test_bypass_on_cpu.py)
     trainer.troll_settings = TrollPolicyLossConfig()
     return trainer
 

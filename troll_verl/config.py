@@ -154,12 +154,6 @@ def validate_troll_config(config) -> TrollPolicyLossConfig:
                 f"TROLL extends (old-log-prob and update). Set trainer.v1.trainer_mode={troll_trainer_mode(mode)}: "
                 f"verl's {mode} trainer with TROLL."
             )
-    if OmegaConf.select(config, "algorithm.rollout_correction.bypass_mode", default=False):
-        raise ValueError(
-            "algorithm.rollout_correction.bypass_mode=true never recomputes old log-probs with the actor, so TROLL "
-            "gets no old token distribution to project onto (in every trainer mode, the asynchronous ones included: "
-            "the rollout does not return it yet). Set algorithm.rollout_correction.bypass_mode=false."
-        )
     if OmegaConf.select(config, "actor_rollout_ref.model.use_fused_kernels", default=False):
         raise ValueError(
             "actor_rollout_ref.model.use_fused_kernels=true never materialises the logits TROLL needs for its "
@@ -194,4 +188,8 @@ def validate_troll_config(config) -> TrollPolicyLossConfig:
             "seq-mean-token-mean; got %s.",
             actor.loss_agg_mode,
         )
+    from .bypass import bypass_requested, check_bypass_config
+
+    if bypass_requested(config):
+        check_bypass_config(config, settings)
     return settings

@@ -42,12 +42,13 @@ from __future__ import annotations
 
 import contextvars
 import dataclasses
+import logging
 from typing import Any
 
 import torch
 from tensordict import TensorDict
 from verl.utils import tensordict_utils as tu
-from verl.utils.metric import Metric
+from verl.utils.metric import AggregationType, Metric
 from verl.workers.utils.losses import ppo_loss
 from verl.workers.utils.padding import no_padding_2_padding
 
@@ -56,6 +57,8 @@ from .layout import OLD_FIELDS, response_lengths, response_rows
 from .losses import TROLL_LOGITS_OUTPUT_KEYS, compute_policy_loss_troll, troll_logits_fn, troll_old_pass_fn
 
 __all__ = ["TrollLossFn", "TROLL_MODE_KEY", "legacy_policy_loss"]
+
+logger = logging.getLogger(__name__)
 
 # Non-tensor key set by TROLL's worker on the micro-batches of the two passes.
 TROLL_MODE_KEY = "troll_mode"
@@ -114,6 +117,18 @@ class TrollLossFn:
         self.config = dataclasses.replace(config, policy_loss=troll_settings(config))
         # the old pass's K-wide rows, from the logits hook (a) to the final call (b) of one micro-batch; see _give
         self._handoff: tuple[int, Any] | None = None
+        # bypass mode: the next update call is the step's first micro-batch (the train-inference mismatch)
+        self._mismatch_pending = False
+        self._mismatch_warned = False
+
+    def measure_mismatch(self) -> None:
+        """Report ``troll/mismatch_kl`` and ``troll/mismatch_projected_frac`` on the next update micro-batch.
+
+        In bypass mode the old distribution is the rollout policy's; before the step's first optimizer step the
+        actor's weights are the ones the rollout ran, so the sparse KL between the two on that micro-batch is the
+        train–inference mismatch alone, and the share projected is what that mismatch costs.
+        """
+        self._mismatch_pending = True
 
     def __call__(
         self,
@@ -200,7 +215,32 @@ class TrollLossFn:
             _UPDATE_CALL.reset(token)
         # verl 0.9's ppo_loss aggregated every policy-loss metric by mean: restore maxima and loss parts
         metrics.update({key: value for key, value in (call.metrics or {}).items() if isinstance(value, Metric)})
+        if self._mismatch_pending:
+            self._mismatch_pending = False
+            metrics.update(self._mismatch_metrics(metrics))
         return loss, metrics
+
+    def _mismatch_metrics(self, metrics: dict) -> dict[str, Metric]:
+        def value(key: str) -> float:
+            item = metrics[key]
+            return float(item.aggregate() if isinstance(item, Metric) else item)
+
+        kl, projected = value("troll/kl_before"), value("troll/projected_frac")
+        kl_bound = self.config.policy_loss.troll.kl_bound
+        if kl > kl_bound and not self._mismatch_warned:
+            self._mismatch_warned = True
+            logger.warning(
+                "TROLL bypass mode: the sparse KL between the rollout's and the actor's distributions is %.4g "
+                "before any update, above kl_bound=%g: the trust region is spent on the train-inference mismatch "
+                "alone (%.1f%% of tokens projected). Raise actor_rollout_ref.actor.policy_loss.troll.kl_bound, make "
+                "the rollout's numerics match the actor's (dtype), or set algorithm.rollout_correction.bypass_mode="
+                "false.",
+                kl, kl_bound, 100 * projected,
+            )  # fmt: skip
+        return {
+            "troll/mismatch_kl": Metric(AggregationType.MEAN, kl),
+            "troll/mismatch_projected_frac": Metric(AggregationType.MEAN, projected),
+        }
 
 
 def _gather_sp_rows(values: torch.Tensor, n_tokens: int) -> torch.Tensor:

@@ -55,12 +55,15 @@ from verl.trainer.ppo.v1.trainer_colocate_async import PPOTrainerColocateAsync
 from verl.trainer.ppo.v1.trainer_separate_async import PPOTrainerSeparateAsync
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from verl.workers.engine_workers import ActorRolloutRefWorker, TrainingWorker
+from verl.workers.rollout.llm_server import FullyAsyncLLMServerClient
 
+from .bypass import TopKFullyAsyncLLMServerClient, bypass_requested, prepare_bypass, put_old_topk_from_rollout
 from .config import troll_loss_enabled, troll_trainer_mode, use_troll_policy_loss_config, validate_troll_config
 from .platform.cpu import cpu_platform_requested
 from .seam import seam_available
 from .workers import (
     TROLL_OLD_PASS_KEY,
+    TROLL_OLD_SOURCE_KEY,
     TROLL_UPDATE_KEY,
     TrollActorRolloutRefWorker,
     TrollDetachActorWorker,
@@ -109,6 +112,9 @@ class TrollTrainerMixin:
         self.troll_settings = validate_troll_config(config) if self.troll_enabled else None
         if self.troll_enabled:
             use_troll_policy_loss_config(config)
+        # bypass mode: the old distribution is the vLLM rollout's top-K and no old-log-prob pass runs (bypass.py)
+        self.troll_bypass = self.troll_enabled and bypass_requested(config)
+        self.troll_rollout_topk = prepare_bypass(config, self.troll_settings) if self.troll_bypass else None
         # NOTE: verl keys its sync-vs-async behaviour off trainer.v1.trainer_mode; run as verl's own mode.
         with open_dict(config):
             config.trainer.v1.trainer_mode = self.troll_base_mode
@@ -126,7 +132,25 @@ class TrollTrainerMixin:
             if original in _WORKER_SWAP:
                 self.role_worker_mapping[role] = ray.remote(_WORKER_SWAP[original])
 
+    def get_llm_client(self):
+        client = super().get_llm_client()
+        if self.troll_bypass and type(client) is FullyAsyncLLMServerClient:
+            # NOTE: verl's abort-and-resume client (asynchronous trainers) drops the server's extra fields; the same
+            # client (config and load balancer) as TROLL's subclass keeps the top-K.
+            client = TopKFullyAsyncLLMServerClient(config=client.config, load_balancer_handle=client._load_balancer)
+        return client
+
     def _compute_old_log_prob(self, batch, metrics: dict):
+        if self.troll_bypass:
+            metrics.update(
+                put_old_topk_from_rollout(
+                    batch,
+                    self.troll_settings,
+                    topk=self.troll_rollout_topk,
+                    response_length=self.config.actor_rollout_ref.rollout.response_length,
+                )  # fmt: skip
+            )
+            return batch
         if not self.troll_flags:
             return super()._compute_old_log_prob(batch, metrics)
         batch.extra_info[TROLL_OLD_PASS_KEY] = True
@@ -148,10 +172,12 @@ class TrollTrainerMixin:
         if not self.troll_flags:
             return super()._update_actor(batch, metrics)
         batch.extra_info[TROLL_UPDATE_KEY] = True
+        batch.extra_info[TROLL_OLD_SOURCE_KEY] = self.troll_bypass
         try:
             return super()._update_actor(batch, metrics)
         finally:
             batch.extra_info[TROLL_UPDATE_KEY] = False
+            batch.extra_info[TROLL_OLD_SOURCE_KEY] = False
 
 
 class TrollTrainer(TrollTrainerMixin, PPOTrainerSync):

@@ -24,7 +24,8 @@ all inert unless the trainer asks for them:
   on verl's logits hook so the old policy's top-K is stored with ``old_log_probs``; a reference pass
   (``no_lora_adapter``) asking for it is refused, so it can never overwrite the old policy's data;
 - ``update_actor`` with ``troll_update`` turns on the logits hook (``distillation_use_topk``) and skips verl's own
-  log-prob on those logits (``distillation_only``: nothing else reads or overwrites the saved logits).
+  log-prob on those logits (``distillation_only``: nothing else reads or overwrites the saved logits); with
+  ``troll_old_from_rollout`` (bypass mode) the step's first micro-batch also reports ``troll/mismatch_kl``.
 
 Every worker class here also initialises a ``gloo`` process group first on the CPU platform (see
 :func:`troll_verl.platform.cpu.init_cpu_process_group`).
@@ -51,11 +52,14 @@ __all__ = [
     "TrollTrainingWorker",
     "TROLL_OLD_PASS_KEY",
     "TROLL_UPDATE_KEY",
+    "TROLL_OLD_SOURCE_KEY",
 ]
 
 # Non-tensor flags set by TROLL's trainer on the KVBatchMeta of the old-log-prob and update passes.
 TROLL_OLD_PASS_KEY = "troll_store_old_topk"
 TROLL_UPDATE_KEY = "troll_update"
+# Set with TROLL_UPDATE_KEY in bypass mode: the old distribution is the rollout's (troll/mismatch_kl is reported).
+TROLL_OLD_SOURCE_KEY = "troll_old_from_rollout"
 
 
 def troll_enabled(actor_config) -> bool:
@@ -111,6 +115,8 @@ class TrollActorWorkerMixin:
             tu.assign_non_tensor(
                 data, distillation_use_topk=True, distillation_only=True, **{TROLL_MODE_KEY: "update"}
             )
+            if tu.get_non_tensor_data(data=data, key=TROLL_OLD_SOURCE_KEY, default=False):
+                self.troll_loss_fn.measure_mismatch()  # bypass mode: the old distribution is the rollout's
         return super().update_actor(data)
 
 
