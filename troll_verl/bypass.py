@@ -38,8 +38,6 @@ from __future__ import annotations
 
 import contextvars
 import inspect
-import logging
-import os
 
 import numpy as np
 import torch
@@ -48,9 +46,6 @@ from omegaconf import OmegaConf, open_dict
 from .layout import OLD_FIELDS
 from .rollout_topk import align_rollout_topk, old_topk_from_rollout
 from .settings import TrollConfig
-
-logger = logging.getLogger(__name__)
-logger.setLevel(os.getenv("VERL_LOGGING_LEVEL", "INFO"))
 
 __all__ = [
     "bypass_requested",
@@ -155,11 +150,12 @@ def prepare_bypass(config, settings: TrollConfig) -> int:
         if rollout.engine_kwargs[_VLLM].get("max_logprobs") is None:
             rollout.engine_kwargs[_VLLM].max_logprobs = k
     install_topk_rollout()
-    logger.info(
-        "TROLL bypass mode: no old-log-prob pass; the old distribution is the vLLM rollout's top-%d (mass rule "
-        "delta=%g), projected around with kl_bound=%g.",
-        k, settings.mass_delta, settings.kl_bound,
-    )  # fmt: skip
+    # NOTE: print, as verl's trainer does: Ray's TaskRunner has no handler for INFO log records
+    print(
+        f"TROLL bypass mode: no old-log-prob pass; the old distribution is the vLLM rollout's top-{k} (mass rule "
+        f"delta={settings.mass_delta:g}), projected around with kl_bound={settings.kl_bound:g}.",
+        flush=True,
+    )
     return k
 
 
