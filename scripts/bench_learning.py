@@ -99,7 +99,10 @@ def arm_overrides(variant: str, loss: str, model) -> list[str]:
     return VARIANTS[variant][loss] + extra
 
 
-BYPASS = "algorithm.rollout_correction.bypass_mode=true"
+# bypass mode skips verl's old-log-prob pass, where verl measures actor/entropy: the update pass computes it instead
+# (actor/entropy_loss, the current policy's entropy over the step's updates). NOTE: an extra entropy computation in the
+# bypass arms' update that the recompute arms do not pay, so their step-time ratios against clip are conservative.
+BYPASS = ["algorithm.rollout_correction.bypass_mode=true", "actor_rollout_ref.actor.calculate_entropy=true"]
 
 
 def _async(warmup_batches: int) -> list[str]:
@@ -141,9 +144,9 @@ VARIANTS = {
     },
     # bypass mode (troll_verl.bypass): the old distribution is the vLLM rollout's top-K, no old-log-prob pass; its
     # baselines are grpo's arms (TROLL recomputing the old distribution, and clip), same seeds and data order
-    "bypass": {"troll": ["actor_rollout_ref.actor.policy_loss.loss_mode=troll", BYPASS]},
+    "bypass": {"troll": ["actor_rollout_ref.actor.policy_loss.loss_mode=troll", *BYPASS]},
     # the same with a bf16 rollout against the fp32 actor: a stand-in for a GPU's train-inference mismatch
-    "bypass_bf16": {"troll": ["actor_rollout_ref.actor.policy_loss.loss_mode=troll", BYPASS,
+    "bypass_bf16": {"troll": ["actor_rollout_ref.actor.policy_loss.loss_mode=troll", *BYPASS,
                              "actor_rollout_ref.rollout.dtype=bfloat16"]},  # fmt: skip
     "gspo": {
         "troll": [
@@ -181,7 +184,9 @@ def run_stats(rows: list[dict], target: float, val_key: str = VAL_KEY, peak_rss:
     train = [r for r in rows if REWARD_KEY in r]
     rewards = [r[REWARD_KEY] for r in train]
     val = [r[val_key] for r in rows if val_key in r]
-    entropy = [r["actor/entropy"] for r in train if "actor/entropy" in r]
+    # the old-log-prob pass's entropy, or (bypass mode: no such pass) the update pass's
+    entropy = [r.get("actor/entropy", r.get("actor/entropy_loss")) for r in train]
+    entropy = [v for v in entropy if v is not None]
     constrained = [r.get("actor/troll/projected_frac", r.get("actor/pg_clipfrac")) for r in train]
     constrained = [v for v in constrained if v is not None]
     w_start, w_final = reward_window(len(train)), min(10, max(1, len(train) // 3))
@@ -348,9 +353,9 @@ def main(argv=None) -> int:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--target", type=float, default=0.5)
-    default_variants = [v for v in VARIANTS if not v.startswith("async")]
+    default_variants = [v for v in VARIANTS if not v.startswith(("async", "bypass"))]
     parser.add_argument("--variants", nargs="+", default=default_variants, choices=list(VARIANTS),
-                        help="default: all but the staleness study's async1 async2")  # fmt: skip
+                        help="default: all but the staleness study's async1 async2 and the bypass arms")  # fmt: skip
     parser.add_argument("--out-dir", default="outputs/bench_learning")
     parser.add_argument("--cache-dir", default=None)
     parser.add_argument("--model", default="tiny", choices=list(MODELS))
