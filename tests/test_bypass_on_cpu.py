@@ -106,6 +106,28 @@ def test_prepare_sets_k_and_max_logprobs_and_installs_the_topk_replica(replica_r
     assert config.actor_rollout_ref.rollout.engine_kwargs.vllm.max_logprobs == 100
 
 
+@pytest.mark.parametrize("seam", [False, True])
+def test_trainer_in_bypass_mode_warns_where_the_mismatch_metric_is_not_reported(replica_registry, monkeypatch,
+                                                                                 caplog, seam):  # fmt: skip
+    """On a verl with the policy-loss logits seam, verl's ppo_loss replaces TROLL's loss function (which reports
+    troll/mismatch_kl): TROLL's trainer says so instead of leaving the metric silently absent."""
+    import troll_verl.trainer as trainer_module
+
+    class _Base:  # verl's trainer, whose start-up is not under test here
+        def __init__(self, config):
+            self.config, self.replay_buffer = config, SimpleNamespace(poll_interval=2.0)
+
+    class _Trainer(trainer_module.TrollTrainerMixin, _Base):
+        troll_base_mode = "sync"
+
+    monkeypatch.setattr(trainer_module, "seam_available", lambda: seam)
+    with caplog.at_level("WARNING", logger=trainer_module.logger.name):
+        trainer = _Trainer(compose_config("/nonexistent", *BYPASS, "trainer.v1.trainer_mode=troll"))
+    assert trainer.troll_bypass and trainer.troll_flags is not seam
+    warned = [r for r in caplog.records if "troll/mismatch_kl" in r.getMessage()]
+    assert len(warned) == (1 if seam else 0)
+
+
 def test_another_plugins_rollout_is_not_overwritten(replica_registry):
     replica_registry.register("vllm", lambda: object)
     with pytest.raises(RuntimeError, match="not a vLLM replica.*bypass_mode=false"):

@@ -120,6 +120,14 @@ class TrollTrainerMixin:
             config.trainer.v1.trainer_mode = self.troll_base_mode
         # TROLL's own pass flags, only where verl lacks the policy-loss logits seam
         self.troll_flags = self.troll_enabled and not seam_available()
+        if self.troll_bypass and not self.troll_flags:
+            # NOTE: the mismatch metric lives in TROLL's loss function, which verl's own ppo_loss replaces on the seam
+            logger.warning(
+                "TROLL bypass mode on a verl with the policy-loss logits seam: troll/mismatch_kl and "
+                "troll/mismatch_projected_frac are not reported on this route (TROLL's loss function reports them on "
+                "stock verl), and this combination has not run end to end; check troll/projected_frac on the first "
+                "steps."
+            )
         super().__init__(config)
         if cpu_platform_requested():
             # NOTE: verl's replay buffer polls the TransferQueue every 2 s, which dominates a CPU step (~0.7 s).
