@@ -82,3 +82,26 @@ def test_hook_and_final_call_must_alternate_per_micro_batch():
     assert {"troll_old_ids", "troll_old_logprobs", "troll_old_tail"} <= set(output)
     assert output["troll_old_ids"].values().shape[0] == 5  # 3 + 2 response tokens
     assert fn(student_logits=logits, data=second) == {}
+
+
+def test_mismatch_above_the_bound_warns_once_naming_kl_bound(caplog):
+    """Bypass mode: the first micro-batch's KL before any update is the train-inference mismatch; above kl_bound it is
+    reported with a warning (once per worker) that names the key to change."""
+    from verl.utils.metric import AggregationType, Metric
+
+    import troll_verl.loss_fn as loss_fn_module
+
+    loss_fn = _loss_fn()
+    bound = loss_fn.config.policy_loss.troll.kl_bound
+
+    def metrics(kl):
+        return {"troll/kl_before": Metric(AggregationType.MEAN, kl), "troll/projected_frac": 0.25}
+
+    with caplog.at_level("WARNING", logger=loss_fn_module.logger.name):
+        below = loss_fn._mismatch_metrics(metrics(bound / 2))
+        assert not caplog.records
+        above = [loss_fn._mismatch_metrics(metrics(2 * bound)) for _ in range(2)]
+    assert below["troll/mismatch_kl"].aggregate() == pytest.approx(bound / 2)
+    assert above[0]["troll/mismatch_projected_frac"].aggregate() == pytest.approx(0.25)
+    assert len(caplog.records) == 1
+    assert "actor_rollout_ref.actor.policy_loss.kl_bound" in caplog.records[0].getMessage()
