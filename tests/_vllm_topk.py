@@ -26,6 +26,17 @@ import os
 import sys
 
 
+def flat_logprobs(rows: list[list[tuple[int, float]]]):
+    """vLLM's own ``FlatLogprobs`` container from hand-written rows of (token id, log-prob), each in vLLM's order (the
+    sampled token first, then the top K by rank); for the tests that feed TROLL's parsing without an engine."""
+    from vllm.logprobs import FlatLogprobs
+
+    flat = FlatLogprobs()
+    for row in rows:
+        flat.append_fast([tok for tok, _ in row], [lp for _, lp in row], iter(range(len(row))), [None] * len(row))
+    return flat
+
+
 def main(model_dir: str, k: int, temperature: float) -> None:
     os.environ.update(VLLM_ENABLE_V1_MULTIPROCESSING="0")
     import torch

@@ -31,6 +31,7 @@ import numpy as np
 import pytest
 import torch
 from _verl_engine import compose_config, tiny_model_dir
+from _vllm_topk import flat_logprobs
 from omegaconf import OmegaConf
 
 from troll_verl import bypass
@@ -151,23 +152,6 @@ def test_version_guard_names_what_changed(monkeypatch):
 # the server: verl's generate (here a stand-in with vLLM's real SamplingParams) under TopKServerMixin
 
 
-class _Flat(list):
-    """vLLM's FlatLogprobs layout for the fake engine (position ``i`` reads as a ``{token: Logprob}`` dict)."""
-
-    def __init__(self, rows):
-        super().__init__(range(len(rows)))
-        self.start_indices, self.end_indices, self.token_ids, self.logprobs = [], [], [], []
-        for row in rows:
-            self.start_indices.append(len(self.token_ids))
-            self.token_ids += [tok for tok, _ in row]
-            self.logprobs += [lp for _, lp in row]
-            self.end_indices.append(len(self.token_ids))
-
-    def __getitem__(self, i):
-        span = range(self.start_indices[i], self.end_indices[i])
-        return {self.token_ids[j]: SimpleNamespace(logprob=self.logprobs[j]) for j in span}
-
-
 class _FakeEngine:
     """Generates ``len(prompt)`` tokens; with logprobs=K returns, per position, the sampled token and K ranked ones."""
 
@@ -187,7 +171,7 @@ class _FakeEngine:
         yield SimpleNamespace(outputs=[SimpleNamespace(token_ids=tokens[: n // 2], logprobs=None)])
         await asyncio.sleep(0.01)
         if sampling_params.flat_logprobs:
-            logprobs = _Flat(rows)
+            logprobs = flat_logprobs(rows)
         else:  # vLLM's default container: one dict per position
             logprobs = [{tok: SimpleNamespace(logprob=lp) for tok, lp in row} for row in rows]
         yield SimpleNamespace(outputs=[SimpleNamespace(token_ids=tokens, logprobs=logprobs)])

@@ -22,6 +22,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
+from _vllm_topk import flat_logprobs
 
 from troll_verl.rollout_topk import (
     RolloutTopKError,
@@ -86,25 +87,12 @@ def test_topk_caps_the_engine_width_and_bad_shapes_are_refused():
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# parsing vLLM's sample log-probs (its two containers, built by hand here; the real engine in test_bypass_on_cpu.py)
-
-
-class _Flat(list):
-    """vLLM's FlatLogprobs layout (start/end indices into flat token-id and log-prob lists); a list of positions."""
-
-    def __init__(self, rows: list[list[tuple[int, float]]]):
-        super().__init__(range(len(rows)))
-        self.start_indices, self.end_indices, self.token_ids, self.logprobs = [], [], [], []
-        for row in rows:
-            self.start_indices.append(len(self.token_ids))
-            self.token_ids += [tok for tok, _ in row]
-            self.logprobs += [lp for _, lp in row]
-            self.end_indices.append(len(self.token_ids))
+# parsing vLLM's sample log-probs (its two containers, filled by hand here; the real engine in test_bypass_on_cpu.py)
 
 
 def test_flat_logprobs_drop_the_sampled_entry_and_keep_rank_order():
     # position 0 sampled token 7 (outside the top 2), position 1 sampled 4 (also rank 1: duplicated, not collapsed)
-    flat = _Flat([[(7, -3.0), (4, -0.5), (5, -1.2)], [(4, -0.1), (4, -0.1), (9, -2.5)]])
+    flat = flat_logprobs([[(7, -3.0), (4, -0.5), (5, -1.2)], [(4, -0.1), (4, -0.1), (9, -2.5)]])
     ids, lps = topk_arrays_from_logprobs(flat, 2)
     assert ids.tolist() == [[4, 5], [4, 9]] and ids.dtype == np.int32
     assert np.allclose(lps, [[-0.5, -1.2], [-0.1, -2.5]]) and lps.dtype == np.float32
