@@ -57,12 +57,20 @@ BYPASS = ("algorithm.rollout_correction.bypass_mode=true", "actor_rollout_ref.ro
         ("+actor_rollout_ref.rollout.repetition_penalty=1.1", r"repetition_penalty=1.0"),
         ("actor_rollout_ref.rollout.multi_turn.enable=true", r"single-turn agent loop only"),
         ("+actor_rollout_ref.rollout.engine_kwargs.vllm.max_logprobs=8", r"max_logprobs=64 \(or leave it unset"),
+        ("actor_rollout_ref.rollout.agent.default_agent_loop=tool_agent", r"default_agent_loop=single_turn_agent"),
+        ("actor_rollout_ref.rollout.agent.agent_loop_config_path=loops.yaml", r"agent_loop_config_path=null"),
+        ("actor_rollout_ref.rollout.temperature=0", r"temperature=0.*greedy.* Set actor_rollout_ref.rollout.temperature>"),
     ],
 )
 def test_bypass_refusals_name_the_fix(override, match):
     with pytest.raises(ValueError, match=match) as info:
         validate_troll_config(compose_config("/nonexistent", *BYPASS, override))
     assert "bypass_mode=false" in str(info.value) or "max_logprobs" in str(info.value)
+
+
+def test_max_logprobs_minus_one_is_the_whole_vocabulary():
+    override = "+actor_rollout_ref.rollout.engine_kwargs.vllm.max_logprobs=-1"
+    assert validate_troll_config(compose_config("/nonexistent", *BYPASS, override)).topk == 64
 
 
 @pytest.mark.parametrize("mode", ["troll", "troll_colocate_async", "troll_separate_async"])

@@ -115,13 +115,29 @@ def check_bypass_config(config, settings: TrollConfig) -> None:
             "TROLL's bypass mode supports the single-turn agent loop only: a multi-turn loop inserts tool and "
             f"template tokens the rollout never scored. Set {_ROLLOUT}.multi_turn.enable=false, {off}."
         )
+    agent_loop = rollout("agent.default_agent_loop", "single_turn_agent")
+    if agent_loop != "single_turn_agent" or rollout("agent.agent_loop_config_path"):
+        # NOTE: a dataset's own agent_name cannot be seen here; the alignment check refuses such a sample at step 1
+        raise ValueError(
+            f"TROLL's bypass mode supports verl's single-turn agent loop only ({_ROLLOUT}.agent.default_agent_loop="
+            f"{agent_loop}, agent_loop_config_path={rollout('agent.agent_loop_config_path')}): other loops insert "
+            f"tokens the rollout never scored. Set {_ROLLOUT}.agent.default_agent_loop=single_turn_agent and "
+            f"{_ROLLOUT}.agent.agent_loop_config_path=null, {off}."
+        )
+    temperature = rollout("temperature", 1.0)
+    if temperature is not None and float(temperature) <= 0:
+        raise ValueError(
+            f"{_ROLLOUT}.temperature={temperature}: vLLM's greedy path returns log-probs at temperature 1, not the "
+            f"distribution it sampled from. Set {_ROLLOUT}.temperature>0, {off}."
+        )
     if rollout("disaggregation.enabled", False):
         raise ValueError(
             f"TROLL's bypass mode does not support prefill/decode disaggregation. Set {_ROLLOUT}.disaggregation."
             f"enabled=false, {off}."
         )
     max_logprobs = rollout("engine_kwargs.vllm.max_logprobs")
-    if max_logprobs is not None and int(max_logprobs) < settings.topk:
+    # vLLM reads max_logprobs=-1 as the whole vocabulary
+    if max_logprobs is not None and int(max_logprobs) != -1 and int(max_logprobs) < settings.topk:
         raise ValueError(
             f"{_ROLLOUT}.engine_kwargs.vllm.max_logprobs={max_logprobs} is below TROLL's topk={settings.topk}: vLLM "
             f"would refuse the requests. Set {_ROLLOUT}.engine_kwargs.vllm.max_logprobs={settings.topk} (or leave it "
@@ -273,7 +289,9 @@ class TopKFullyAsyncLLMServerClient(_FullyAsyncLLMServerClient, _ChunkRecorder):
         if len(present) != len(chunks) or sum(c[2] for c in chunks) != len(output.token_ids):
             raise RuntimeError(
                 f"TROLL's bypass mode: the resumed chunks of request {request_id} carry top-K log-probs for "
-                f"{sum(c[0].shape[0] for c in present)} of {len(output.token_ids)} tokens; they cannot be aligned."
+                f"{sum(c[0].shape[0] for c in present)} of {len(output.token_ids)} tokens; they cannot be aligned. "
+                "Another rollout client or server dropped TROLL's fields; use TROLL's trainer mode or set "
+                "algorithm.rollout_correction.bypass_mode=false."
             )
         output.extra_fields[TOPK_IDS_FIELD] = np.concatenate([c[0] for c in present])
         output.extra_fields[TOPK_LOGPROBS_FIELD] = np.concatenate([c[1] for c in present])
@@ -307,7 +325,10 @@ def put_old_topk_from_rollout(batch, settings: TrollConfig, *, topk: int, respon
     offsets = rollout_log_probs.offsets()
     tokens = responses.values()
     if not torch.equal(responses.offsets(), offsets):
-        raise RuntimeError("rollout_log_probs and responses have different lengths; the rollout output is corrupt.")
+        raise RuntimeError(
+            "rollout_log_probs and responses have different lengths; the rollout output is corrupt (a rollout or agent "
+            "loop that does not score every response token). Set algorithm.rollout_correction.bypass_mode=false."
+        )
     ids, lps, real = [], [], []
     for i, (extra, tag) in enumerate(zip(extras, batch.tags, strict=True)):
         extra = getattr(extra, "data", extra) or {}

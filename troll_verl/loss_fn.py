@@ -232,7 +232,8 @@ class TrollLossFn:
             logger.warning(
                 "TROLL bypass mode: the sparse KL between the rollout's and the actor's distributions is %.4g "
                 "before any update, above kl_bound=%g: the trust region is spent on the train-inference mismatch "
-                "alone (%.1f%% of tokens projected). Raise actor_rollout_ref.actor.policy_loss.kl_bound, make the "
+                "(and, in the asynchronous trainers, the policy lag of stale rollouts) alone (%.1f%% of tokens "
+                "projected). Raise actor_rollout_ref.actor.policy_loss.kl_bound, make the "
                 "rollout's numerics match the actor's (dtype), or set algorithm.rollout_correction.bypass_mode="
                 "false.",
                 kl, kl_bound, 100 * projected,

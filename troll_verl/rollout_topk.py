@@ -127,7 +127,9 @@ def topk_arrays_from_logprobs(position_logprobs: Any, k: int) -> tuple[np.ndarra
         if not (widths == k + 1).all():
             raise RolloutTopKError(
                 f"the engine returned {sorted(set(widths.tolist()))} log-prob entries per position, expected {k + 1} "
-                f"(the sampled token and the top {k}); the request's logprobs was not {k}."
+                f"(the sampled token and the top {k}); the request's logprobs was not {k} (another plugin or a vLLM "
+                "change altered TROLL's request). Check the rollout server class, or set "
+                "algorithm.rollout_correction.bypass_mode=false (the actor recomputes the old distribution)."
             )
         ids = np.asarray(position_logprobs.token_ids, dtype=np.int32).reshape(n, k + 1)[:, 1:]
         lps = np.asarray(position_logprobs.logprobs, dtype=np.float32).reshape(n, k + 1)[:, 1:]
@@ -139,7 +141,8 @@ def topk_arrays_from_logprobs(position_logprobs: Any, k: int) -> tuple[np.ndarra
         if len(ranked) < k:
             raise RolloutTopKError(
                 f"position {t} carries {len(ranked)} ranked log-probs, expected {k}; the request's logprobs was not "
-                f"{k}."
+                f"{k} (another plugin or a vLLM change altered TROLL's request). Check the rollout server class, or "
+                "set algorithm.rollout_correction.bypass_mode=false (the actor recomputes the old distribution)."
             )
         ids[t] = [tok for _, tok, _ in ranked[:k]]
         lps[t] = [lp for _, _, lp in ranked[:k]]

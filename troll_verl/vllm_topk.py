@@ -134,7 +134,9 @@ class TopKServerMixin:
         if ids.shape[0] != len(output.token_ids):
             raise RuntimeError(
                 f"vLLM returned top-{k} log-probs for {ids.shape[0]} positions but {len(output.token_ids)} tokens "
-                f"(request {request_id}); TROLL's bypass mode cannot align them."
+                f"(request {request_id}); TROLL's bypass mode cannot align them. Set "
+                "algorithm.rollout_correction.bypass_mode=false (the actor recomputes the old distribution) and report "
+                "the vLLM version."
             )
         output.extra_fields[TOPK_IDS_FIELD] = ids
         output.extra_fields[TOPK_LOGPROBS_FIELD] = logprobs
