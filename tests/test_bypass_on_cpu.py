@@ -59,7 +59,7 @@ BYPASS = ("algorithm.rollout_correction.bypass_mode=true", "actor_rollout_ref.ro
         ("+actor_rollout_ref.rollout.engine_kwargs.vllm.max_logprobs=8", r"max_logprobs=64 \(or leave it unset"),
         ("actor_rollout_ref.rollout.agent.default_agent_loop=tool_agent", r"default_agent_loop=single_turn_agent"),
         ("actor_rollout_ref.rollout.agent.agent_loop_config_path=loops.yaml", r"agent_loop_config_path=null"),
-        ("actor_rollout_ref.rollout.temperature=0", r"temperature=0.*greedy.* Set actor_rollout_ref.rollout.temperature>"),
+        ("actor_rollout_ref.rollout.temperature=0", r"temperature=0: vLLM.s greedy path .*rollout.temperature>0"),
     ],
 )
 def test_bypass_refusals_name_the_fix(override, match):
