@@ -196,6 +196,9 @@ def run_stats(rows: list[dict], target: float, val_key: str = VAL_KEY, peak_rss:
         # verl's sampled-token estimate of KL(rollout policy || old policy), mean over steps
         "staleness": _mean_of(train, "training/off_policy/trajectory_staleness/mean"),
         "kl_rollout": _mean_of(train, "rollout_corr/kl"),
+        # how far each update moved the policy from π_old before its optimizer step (verl's k1 estimate on the sampled
+        # tokens, actor/ppo_kl, logged by both losses), mean over steps: more optimizer steps per batch raise it
+        "kl_update": _mean_of(train, "actor/ppo_kl"),
         # bypass mode: the sparse KL between the rollout's and the actor's distributions before each step's first
         # update (the train-inference mismatch, plus staleness in the asynchronous trainers), and the share it projects
         "mismatch_kl_step1": train[0].get("actor/troll/mismatch_kl") if train else None,
@@ -265,8 +268,9 @@ def report(results: dict, seeds: list[int], steps: int, target: float, variants=
     lines += ["", "Cost, TROLL / clip per seed (median seconds over steps 2+; the trainer worker's peak resident "
               "memory); share of tokens projected (TROLL) or clipped (clip), mean over steps:", "",
               "| variant | generation | old-log-prob pass | update | step | worker peak memory | projected (TROLL) "
-              "| clipped (clip) | staleness (steps) | KL(rollout ‖ old), TROLL / clip |",
-              "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+              "| clipped (clip) | staleness (steps) | KL(rollout ‖ old), TROLL / clip | KL(old ‖ current) in the "
+              "update, TROLL / clip |",
+              "|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for variant in variants:
         pairs = [(results.get(f"{variant}/troll/seed{s}"), results.get(f"{_clip_variant(variant)}/clip/seed{s}"))
                  for s in seeds]  # fmt: skip
@@ -275,14 +279,13 @@ def report(results: dict, seeds: list[int], steps: int, target: float, variants=
         troll_c = [t["constrained_frac"] for t, _ in pairs if t and t.get("constrained_frac") is not None]
         clip_c = [c["constrained_frac"] for _, c in pairs if c and c.get("constrained_frac") is not None]
         stale = [r["staleness"] for pair in pairs for r in pair if r and r.get("staleness") is not None]
-        kl = {i: [p[i]["kl_rollout"] for p in pairs if p[i] and p[i].get("kl_rollout") is not None] for i in (0, 1)}
-        kl_cell = " / ".join(f"{statistics.mean(kl[i]):.2e}" if kl[i] else "n/a" for i in (0, 1))
+        kl_cell, kl_update_cell = (_pair_mean_cell(pairs, key) for key in ("kl_rollout", "kl_update"))
         lines.append(
             f"| {variant} | {_ratio_cell(pairs, 'gen_s')} | {_ratio_cell(pairs, 'old_log_prob_s')} | "
             f"{_ratio_cell(pairs, 'update_s')} | {_ratio_cell(pairs, 'seconds_per_step')} | "
             f"{_ratio_cell(pairs, 'worker_peak_rss_gb')} | {_mean_sd(troll_c) if troll_c else 'n/a'} | "
             f"{_mean_sd(clip_c) if clip_c else 'n/a'} | {f'{statistics.mean(stale):.2f}' if stale else 'n/a'} | "
-            f"{kl_cell} |"
+            f"{kl_cell} | {kl_update_cell} |"
         )
     mismatch = [(v, [results.get(f"{v}/troll/seed{s}") for s in seeds]) for v in variants]
     mismatch = [(v, [r for r in runs if r and r.get("mismatch_kl") is not None]) for v, runs in mismatch]
@@ -300,6 +303,12 @@ def report(results: dict, seeds: list[int], steps: int, target: float, variants=
     for variant, ratio in ratios.items():
         lines.append(f"{variant}: TROLL / clip mean steps to target = {ratio:.2f}")
     return "\n".join(lines)
+
+
+def _pair_mean_cell(pairs, key) -> str:
+    """``key``'s mean over seeds, TROLL / clip, from (troll, clip) run-statistics pairs."""
+    values = [[p[i][key] for p in pairs if p[i] and p[i].get(key) is not None] for i in (0, 1)]
+    return " / ".join(f"{statistics.mean(v):.2e}" if v else "n/a" for v in values)
 
 
 def _clip_variant(variant: str) -> str:

@@ -25,7 +25,7 @@ import bench_learning as bl  # noqa: E402
 from troll_verl.quickstart import REWARD_KEY  # noqa: E402
 
 
-def _rows(rewards, staleness=None, kl=None, projected=None, clipped=None):
+def _rows(rewards, staleness=None, kl=None, projected=None, clipped=None, ppo_kl=None):
     rows = []
     for i, reward in enumerate(rewards):
         row = {"step": i + 1, REWARD_KEY: reward, "actor/entropy": 1.0}
@@ -37,6 +37,8 @@ def _rows(rewards, staleness=None, kl=None, projected=None, clipped=None):
             row["actor/troll/projected_frac"] = projected
         if clipped is not None:
             row["actor/pg_clipfrac"] = clipped
+        if ppo_kl is not None:
+            row["actor/ppo_kl"] = ppo_kl[i]
         rows.append(row)
     return rows
 
@@ -68,19 +70,24 @@ def test_run_stats_reports_staleness_and_kl_to_the_rollout():
     stats = bl.run_stats(_rows([0.1, 0.2, 0.3, 0.4], staleness=[0, 1, 1, 2], kl=[1e-3, 2e-3, 3e-3, 2e-3]), 0.5)
     assert stats["staleness"] == pytest.approx(1.0) and stats["kl_rollout"] == pytest.approx(2e-3)
     synchronous = bl.run_stats(_rows([0.1, 0.2, 0.3]), 0.5)
-    assert synchronous["staleness"] is None and synchronous["kl_rollout"] is None
+    assert synchronous["staleness"] is None and synchronous["kl_rollout"] is None and synchronous["kl_update"] is None
+
+
+def test_run_stats_reports_how_far_the_update_moved_the_policy():
+    stats = bl.run_stats(_rows([0.1, 0.2, 0.3, 0.4], ppo_kl=[0.0, 1e-3, 3e-3, 4e-3]), 0.5)
+    assert stats["kl_update"] == pytest.approx(2e-3)
 
 
 def test_report_has_a_staleness_row_per_arm():
     results = {}
     for seed in (0, 1):
         results[f"async2/troll/seed{seed}"] = bl.run_stats(
-            _rows([0.1, 0.3, 0.5, 0.6], staleness=[2, 2, 2, 2], kl=[4e-3] * 4, projected=0.2), 0.5
+            _rows([0.1, 0.3, 0.5, 0.6], staleness=[2, 2, 2, 2], kl=[4e-3] * 4, projected=0.2, ppo_kl=[1e-3] * 4), 0.5
         )
         results[f"async2/clip/seed{seed}"] = bl.run_stats(
-            _rows([0.1, 0.2, 0.4, 0.5], staleness=[2, 2, 2, 2], kl=[8e-3] * 4, clipped=0.1), 0.5
+            _rows([0.1, 0.2, 0.4, 0.5], staleness=[2, 2, 2, 2], kl=[8e-3] * 4, clipped=0.1, ppo_kl=[5e-4] * 4), 0.5
         )
     table = bl.report(results, [0, 1], 4, 0.5, ["async2"])
     (row,) = [line for line in table.splitlines() if line.startswith("| async2 |") and "2.00" in line]
-    assert row.rstrip().endswith("| 2.00 | 4.00e-03 / 8.00e-03 |")
+    assert row.rstrip().endswith("| 2.00 | 4.00e-03 / 8.00e-03 | 1.00e-03 / 5.00e-04 |")
     assert "0.200" in row and "0.100" in row  # projected (TROLL), clipped (clip)
