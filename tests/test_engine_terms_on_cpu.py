@@ -155,7 +155,8 @@ def _check(engine_loss, grads, loss, model):
 
 
 def assert_grad_close(actual: torch.Tensor, expected: torch.Tensor, *, rel: float, name: str) -> None:
-    """``actual`` equals ``expected`` up to ``rel`` of the larger of an entry and the tensor's largest entry.
+    """``actual`` equals ``expected`` entry by entry within ``rel`` × (the tensor's largest |entry| + the entry's own
+    |value|), plus 1e-7 so an all-zero gradient compares exactly enough.
 
     NOTE: scaled by the tensor, not per entry: the support's mass rule (cumulative mass < 1 − 1e-5, decided in fp32
     where the ulp near 1 is 6e-8) keeps or drops a 1e-6-mass token on rounding alone, so the engine's packed forward
