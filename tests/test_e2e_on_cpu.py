@@ -87,12 +87,11 @@ def test_troll_through_verls_own_main_ppo(assets, tmp_path):
     for key in ("actor/troll/kl_before", "actor/troll/kl_after", "actor/troll/eta_mean", "actor/troll/projected_frac"):
         assert all(key in r for r in rows), key
     assert max(r["actor/troll/kl_after_max"] for r in rows) <= 0.05 * (1 + 1e-3)
-    # weights reached the rollout after every update: its log-probs match the actor's although the policy moved.
-    # The policy moves within a step once its first mini-batch has a nonzero advantage; a mini-batch whose groups all
-    # scored alike gives an exactly zero gradient (review finding 2), so which step shows it depends on the draw.
-    moved = max(r["actor/troll/kl_before"] for r in rows)
+    # weights reached the rollout after every update: its log-probs match the actor's although the policy moved
+    # before a later rollout. A step's kl_before shows the move of its first mini-batch's update; a mini-batch whose
+    # groups all scored alike gives an exactly zero gradient (review finding 2), so which step shows it is the draw's.
+    moved = max(r["actor/troll/kl_before"] for r in rows[:-1])
     assert moved > 1e-3, [r["actor/troll/kl_before"] for r in rows]
-    assert any(r["actor/grad_norm"] > 0.0 for r in rows[:-1])  # an update before the last rollout changed weights
     for r in rows[1:]:
         assert r["training/rollout_probs_diff_max"] < 1e-3, r["training/rollout_probs_diff_max"]
     assert _no_ray_left() == []
