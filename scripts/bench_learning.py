@@ -33,8 +33,18 @@ batch, the quickstart's), ``grpo8`` (the same with 8 optimizer steps per batch, 
 its staleness and verl's KL(rollout ‖ old) estimate) and ``gspo``
 (sequence ratio, ``seq-mean-token-mean``; clip = verl's ``gspo`` with clip 0.2 both ways; TROLL with
 ``ratio_level=sequence``).
-Runs are interleaved seed by seed so machine noise spreads over all configurations; finished runs are reused, so
-an interrupted benchmark continues where it stopped.
+Runs are interleaved seed by seed so machine noise spreads over all configurations. Each finished run's per-step
+metrics (filtered) and its record are written to ``--results-dir`` at once; finished runs are reused, so an
+interrupted benchmark loses nothing that finished and continues where it stopped, and ``--report-only`` regenerates
+every table and plot from those files without running anything.
+
+The stress map (``--stress``; docs/benchmarks.md, "Stress map", states its criteria): ``lr3e-5`` ... ``lr1e-4``
+(``grpo`` at a larger learning rate), ``gspo8`` (GSPO with verl's own GSPO clip range 3e-4 / 4e-4 and 8 optimizer
+steps per batch, against TROLL's sequence-level ratio), each with ``_tight`` / ``_loose`` second settings and an
+``_upper`` TROLL arm; ``--stress`` adds per-arm collapse counts and the paired differences with 95 % intervals:
+
+    .venv/bin/python scripts/bench_learning.py --model smollm2 --variants lr1e-4 gspo8 lr5e-5 --seeds 0 1 2 \
+        --steps 10 --stress --results-dir benchmarks/results/stress_map --out-dir outputs/stress_map
 
     .venv/bin/python scripts/bench_learning.py --seeds 0 1 2 --steps 60
     .venv/bin/python scripts/bench_learning.py --model smollm2 --variants grpo grpo_upper --seeds 0 1 2 --steps 10
@@ -58,25 +68,31 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
+import random
 import statistics
+import subprocess
 import sys
 import time
 
-from troll_verl.plotting import smooth
+from troll_verl.plotting import read_jsonl, smooth
 from troll_verl.quickstart import (
     MODELS,
     REWARD_KEY,
     VAL_KEY,
     cpu_run_overrides,
     micro_batch_size,
-    read_metrics,
     reward_window,
     run_trainer,
 )
 
 # optimizer steps per batch of the arms that change the quickstart's 2 (the mini-batch follows from the model's batch)
 UPDATES_PER_BATCH = {"grpo8": 8}
+# actor learning rate of the arms that change the model's (the stress map's larger step sizes)
+LEARNING_RATE: dict[str, float] = {}
+# the variant whose clip arm a TROLL-only variant is compared with (same seeds, same data order)
+BASELINE = {"grpo_upper": "grpo", "bypass": "grpo", "bypass_bf16": "grpo"}
 
 
 def updates_overrides(updates: int, model) -> list[str]:
@@ -94,7 +110,8 @@ def updates_overrides(updates: int, model) -> list[str]:
 
 
 def arm_overrides(variant: str, loss: str, model) -> list[str]:
-    """The overrides of one arm on ``model``: the variant's own, plus its update schedule where it sets one."""
+    """The overrides of one arm on ``model``: the variant's own, plus its update schedule where it sets one (its
+    learning rate goes to :func:`~troll_verl.quickstart.cpu_run_overrides`, ``LEARNING_RATE``)."""
     extra = updates_overrides(UPDATES_PER_BATCH[variant], model) if variant in UPDATES_PER_BATCH else []
     return VARIANTS[variant][loss] + extra
 
@@ -164,6 +181,63 @@ VARIANTS = {
 }
 
 
+_LOSS_KEY = "actor_rollout_ref.actor.policy_loss"
+_TROLL = f"{_LOSS_KEY}.loss_mode=troll"
+_SEQ_MEAN = "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean"
+
+
+def _vanilla_clip(low: float, high: float) -> list[str]:
+    # verl's actor config sets clip_ratio_low/high (0.2) explicitly, and they win over clip_ratio: set both sides
+    return [f"{_LOSS_KEY}.loss_mode=vanilla", f"actor_rollout_ref.actor.clip_ratio_low={low}",
+            f"actor_rollout_ref.actor.clip_ratio_high={high}"]  # fmt: skip
+
+
+def _gspo_clip(low: float, high: float) -> list[str]:
+    return [f"{_LOSS_KEY}.loss_mode=gspo", f"actor_rollout_ref.actor.clip_ratio_low={low}",
+            f"actor_rollout_ref.actor.clip_ratio_high={high}", _SEQ_MEAN]  # fmt: skip
+
+
+def _regime(name: str, troll: list[str], clip: list[str], tight_clip: list[str], loose_clip: list[str]) -> dict:
+    """A stress-map regime and its second settings (the names are ``name``, ``name_tight``, ``name_loose`` and
+    ``name_upper``):
+
+    - ``tight``: TROLL at ε = 0.02 and a narrower clip; ``loose``: TROLL at ε = 0.1 and a wider clip (for the token
+      ratio DAPO's clip-higher, 0.2 / 0.28). The pre-stated rule picks one of the two per regime
+      (docs/benchmarks.md, "Stress map");
+    - ``upper``: TROLL with ``old_estimate=upper`` against the regime's own clip runs.
+    """
+    BASELINE[f"{name}_upper"] = name
+    return {
+        name: {"troll": troll, "clip": clip},
+        f"{name}_tight": {"troll": [*troll, f"{_LOSS_KEY}.kl_bound=0.02"], "clip": tight_clip},
+        f"{name}_loose": {"troll": [*troll, f"{_LOSS_KEY}.kl_bound=0.1"], "clip": loose_clip},
+        f"{name}_upper": {"troll": [*troll, f"{_LOSS_KEY}.old_estimate=upper"]},
+    }
+
+
+# The stress map (docs/benchmarks.md, "Stress map"): where a trust region should matter.
+# - lr<X>: GRPO as ``grpo`` at a larger actor learning rate (the model's is 2e-5);
+# - gspo8: GSPO with verl's own GSPO clip range (3e-4 / 4e-4, the default of verl's gspo recipe) and 8 optimizer
+#   steps per batch, against TROLL with the sequence-level ratio on the same schedule.
+STRESS_LEARNING_RATES = {"lr3e-5": 3e-5, "lr5e-5": 5e-5, "lr7e-5": 7e-5, "lr1e-4": 1e-4}
+STRESS_REGIMES = [*STRESS_LEARNING_RATES, "gspo8"]
+_stress = {}
+for _name, _lr in STRESS_LEARNING_RATES.items():
+    _stress |= _regime(_name, [_TROLL], _vanilla_clip(0.2, 0.2), _vanilla_clip(0.1, 0.1), _vanilla_clip(0.2, 0.28))
+    for _variant in (_name, f"{_name}_tight", f"{_name}_loose", f"{_name}_upper"):
+        LEARNING_RATE[_variant] = _lr
+_GSPO_TROLL = [_TROLL, f"{_LOSS_KEY}.ratio_level=sequence", _SEQ_MEAN]
+_stress |= _regime("gspo8", _GSPO_TROLL, _gspo_clip(3e-4, 4e-4), _gspo_clip(1.5e-4, 2e-4), _gspo_clip(3e-3, 4e-3))
+for _variant in ("gspo8", "gspo8_tight", "gspo8_loose", "gspo8_upper"):
+    UPDATES_PER_BATCH[_variant] = 8
+VARIANTS |= _stress
+
+
+LENGTH_KEY = "response_length/mean"
+# the stress map's collapse criterion on answers (tokens): a policy that answers in fewer has stopped answering
+COLLAPSE_LENGTH = 4.0
+
+
 def steps_to_target(rewards: list[float], target: float, window: int = 5) -> int | None:
     """The first step whose trailing ``window``-step mean reaches ``target`` (full windows only), else None."""
     means = smooth(rewards, window)
@@ -181,12 +255,14 @@ def _mean_of(train: list[dict], key: str) -> float | None:
 
 
 def run_stats(rows: list[dict], target: float, val_key: str = VAL_KEY, peak_rss: int | None = None) -> dict:
+    """One run's statistics from its metrics rows (the stress map's criteria: :func:`outcome`)."""
     train = [r for r in rows if REWARD_KEY in r]
     rewards = [r[REWARD_KEY] for r in train]
     val = [r[val_key] for r in rows if val_key in r]
     # the old-log-prob pass's entropy, or (bypass mode: no such pass) the update pass's
     entropy = [r.get("actor/entropy", r.get("actor/entropy_loss")) for r in train]
     entropy = [v for v in entropy if v is not None]
+    lengths = [r[LENGTH_KEY] for r in train if LENGTH_KEY in r]
     constrained = [r.get("actor/troll/projected_frac", r.get("actor/pg_clipfrac")) for r in train]
     constrained = [v for v in constrained if v is not None]
     w_start, w_final = reward_window(len(train)), min(10, max(1, len(train) // 3))
@@ -216,6 +292,15 @@ def run_stats(rows: list[dict], target: float, val_key: str = VAL_KEY, peak_rss:
         "gain": statistics.mean(rewards[-w_final:]) - statistics.mean(rewards[:w_start]),
         "val_final": val[-1] if val else None,
         "entropy_final": statistics.mean(entropy[-w_final:]) if entropy else None,
+        # mean answer length (tokens) over the last steps, verl's response_length/mean
+        "length_final": statistics.mean(lengths[-w_final:]) if lengths else None,
+        # the stress map's pre-stated criteria: collapsed when the final reward is below the step-1 reward or the
+        # final answers are shorter than COLLAPSE_LENGTH tokens; learned when the final reward reaches the target
+        "collapsed": bool(
+            rewards and (statistics.mean(rewards[-w_final:]) < rewards[0]
+                         or (lengths and statistics.mean(lengths[-w_final:]) < COLLAPSE_LENGTH))
+        ),  # fmt: skip
+        "learned": bool(rewards and statistics.mean(rewards[-w_final:]) >= target),
         "seconds_per_step": _median_after_first(train, "timing_s/step"),
     }
 
@@ -312,28 +397,181 @@ def _pair_mean_cell(pairs, key) -> str:
 
 
 def _clip_variant(variant: str) -> str:
-    """The variant whose clip arm is ``variant``'s baseline (a TROLL-only variant borrows grpo's)."""
-    return variant if "clip" in VARIANTS[variant] else "grpo"
+    """The variant whose clip arm is ``variant``'s baseline (a TROLL-only variant borrows its ``BASELINE``'s)."""
+    return variant if "clip" in VARIANTS[variant] else BASELINE[variant]
 
 
-def plot_curves(out_dir: str, variants: list[str], seeds: list[int], path: str, title: str) -> str:
-    """Train reward (trailing 3-step mean) against step: per variant one panel, a thin line per seed and the mean
-    over seeds thick, TROLL and clip."""
+# ------------------------------------------------------------------------------------------------ raw results
+# Each finished run keeps its per-step metrics, filtered to these keys, as verl file-logger JSONL
+# (``<results-dir>/<variant>/<loss>/seed<k>.jsonl``, a few kB) and its run record beside it (``seed<k>.json``: peak
+# memory, wall time, overrides, versions). Committed, they regenerate every table and plot (``--report-only``).
+RAW_KEY_PREFIXES = (REWARD_KEY, "val-core/", "actor/entropy", "actor/troll/", "actor/pg_clipfrac", "actor/ppo_kl",
+                    "actor/grad_norm", "actor/pg_loss", LENGTH_KEY, "response_length/clip_ratio", "timing_s/step",
+                    "timing_s/gen", "timing_s/old_log_prob", "timing_s/update_actor", "training/off_policy/",
+                    "rollout_corr/kl", "training/rollout_probs_diff_max")  # fmt: skip
+
+
+def raw_path(results_dir: str, key: str) -> str:
+    """``<results_dir>/<variant>/<loss>/seed<k>.jsonl`` for the run ``<variant>/<loss>/seed<k>``."""
+    return os.path.join(results_dir, *key.split("/")) + ".jsonl"
+
+
+def save_raw(results_dir: str, key: str, rows: list[dict], record: dict) -> str:
+    """Write a finished run's filtered metrics and its record; atomically, so a stop midway leaves no half file."""
+    path = raw_path(results_dir, key)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path[: -len(".jsonl")] + ".json", "w") as f:
+        json.dump(record, f, indent=1, sort_keys=True)
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        for row in rows:
+            data = {k: v for k, v in row.items() if k != "step" and k.startswith(RAW_KEY_PREFIXES)}
+            f.write(json.dumps({"step": row["step"], "data": data}, sort_keys=True) + "\n")
+    os.replace(tmp, path)  # the metrics last: their presence marks the run finished
+    return path
+
+
+def load_raw(results_dir: str, key: str) -> tuple[list[dict], dict]:
+    """A run's committed ``(rows, record)``; ``([], {})`` when it has not finished."""
+    path = raw_path(results_dir, key)
+    if not os.path.exists(path):
+        return [], {}
+    record_path = path[: -len(".jsonl")] + ".json"
+    record = json.load(open(record_path)) if os.path.exists(record_path) else {}
+    return read_jsonl(path), record
+
+
+def collect(results_dir: str, plan, target: float, val_key: str, steps: int) -> dict:
+    """Statistics of every planned ``(variant, loss, seed)`` whose raw results hold at least ``steps`` steps."""
+    results = {}
+    for variant, loss, seed in plan:
+        key = f"{variant}/{loss}/seed{seed}"
+        rows, record = load_raw(results_dir, key)
+        if sum(1 for r in rows if REWARD_KEY in r) >= steps:
+            peak = record.get("worker_peak_rss_gb")
+            results[key] = run_stats(rows, target, val_key, int(peak * 2**30) if peak else None)
+    return results
+
+
+# two-sided 95 % quantiles of Student's t by degrees of freedom (paired intervals over a few seeds)
+_T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
+         11: 2.201, 12: 2.179, 13: 2.160, 14: 2.145, 15: 2.131, 16: 2.120, 17: 2.110, 18: 2.101, 19: 2.093, 20: 2.086}
+
+
+def t_interval(diffs: list[float]) -> tuple[float, float, float]:
+    """Mean of paired differences and its two-sided 95 % t interval (``n - 1`` degrees of freedom)."""
+    if len(diffs) < 2:
+        raise ValueError(f"a t interval needs at least 2 paired seeds, got {len(diffs)}")
+    mean = statistics.mean(diffs)
+    half = _T975.get(len(diffs) - 1, 1.96) * statistics.stdev(diffs) / math.sqrt(len(diffs))
+    return mean, mean - half, mean + half
+
+
+def bootstrap_interval(diffs: list[float], resamples: int = 10_000, seed: int = 0) -> tuple[float, float]:
+    """Percentile 95 % bootstrap interval of the mean of ``diffs`` (seeds resampled with replacement; a fixed
+    generator, so a report regenerates to the same digits). With 3 seeds it has few distinct values: read it beside
+    the t interval, not instead."""
+    rng = random.Random(seed)
+    means = sorted(statistics.mean(rng.choices(diffs, k=len(diffs))) for _ in range(resamples))
+    return means[int(0.025 * resamples)], means[int(0.975 * resamples) - 1]
+
+
+def _paired(results: dict, troll_key: str, clip_key: str, seeds: list[int], key: str = "reward_final"):
+    """``(seeds, differences)`` of ``key``, TROLL arm minus clip arm, over the seeds both finished."""
+    both = [s for s in seeds if f"{troll_key}/seed{s}" in results and f"{clip_key}/seed{s}" in results]
+    return both, [results[f"{troll_key}/seed{s}"][key] - results[f"{clip_key}/seed{s}"][key] for s in both]
+
+
+def _diff_row(label: str, seeds: list[int], diffs: list[float]) -> str:
+    per_seed = ", ".join(f"{d:+.3f}" for d in diffs)
+    if len(diffs) < 2:
+        return f"| {label} | {len(diffs)} | {per_seed} | n/a | n/a | n/a |"
+    mean, lo, hi = t_interval(diffs)
+    b_lo, b_hi = bootstrap_interval(diffs)
+    verdict = "yes" if lo > 0 or hi < 0 else "no"
+    return (f"| {label} | {len(diffs)} | {per_seed} | {mean:+.3f} | [{lo:+.3f}, {hi:+.3f}] | "
+            f"[{b_lo:+.3f}, {b_hi:+.3f}] | {verdict} |")  # fmt: skip
+
+
+def _best_setting(results: dict, regime: str, loss: str, seeds: list[int]) -> str | None:
+    """The regime setting (``regime``, ``_tight`` or ``_loose``) with ``loss``'s highest mean final reward over the
+    seeds every measured setting finished."""
+    settings = [v for v in (regime, f"{regime}_tight", f"{regime}_loose") if v in VARIANTS]
+    measured = [v for v in settings if all(f"{v}/{loss}/seed{s}" in results for s in seeds)]
+    if len(measured) < 2:
+        return None
+    return max(measured, key=lambda v: statistics.mean(results[f"{v}/{loss}/seed{s}"]["reward_final"] for s in seeds))
+
+
+def stress_report(results: dict, seeds: list[int], steps: int, variants: list[str]) -> str:
+    """The stress map's tables: per arm the pre-stated outcomes, and the paired differences TROLL − clip in final
+    reward with their intervals (docs/benchmarks.md, "Stress map")."""
+    lines = [
+        "| variant | loss | seeds | final reward per seed | final reward | collapsed | learned | steps to target "
+        "| held-out acc | entropy | answer length (tokens) | projected / clipped |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for variant in variants:
+        for loss in VARIANTS[variant]:
+            runs = [results[f"{variant}/{loss}/seed{s}"] for s in seeds if f"{variant}/{loss}/seed{s}" in results]
+            if not runs:
+                continue
+            reached = [r["steps_to_target"] if r["steps_to_target"] is not None else steps + 1 for r in runs]
+            cells = []
+            for k in ("val_final", "entropy_final", "length_final", "constrained_frac"):
+                values = [r[k] for r in runs if r.get(k) is not None]
+                cells.append(_mean_sd(values) if values else "n/a")
+            per_seed = ", ".join(f"{r['reward_final']:.3f}" for r in runs)
+            lines.append(
+                f"| {variant} | {loss} | {len(runs)} | {per_seed} | "
+                f"{_mean_sd([r['reward_final'] for r in runs])} | {sum(r['collapsed'] for r in runs)}/{len(runs)} | "
+                f"{sum(r['learned'] for r in runs)}/{len(runs)} | {statistics.mean(reached):.1f} | " + " | ".join(cells)
+                + " |"
+            )
+    lines += ["", "Paired differences in final reward (TROLL − clip unless named; same seed = same data order and "
+              "first samples); 95 % intervals over seeds; separated = the t interval excludes 0:", "",
+              "| comparison | seeds | per seed | mean | 95 % t interval | 95 % bootstrap | separated |",
+              "|---|---|---|---|---|---|---|"]  # fmt: skip
+    for variant in variants:
+        if "clip" in VARIANTS[variant] and "troll" in VARIANTS[variant]:
+            lines.append(_diff_row(variant, *_paired(results, f"{variant}/troll", f"{variant}/clip", seeds)))
+        elif variant in BASELINE and VARIANTS[variant].keys() == {"troll"}:
+            base = BASELINE[variant]
+            lines.append(_diff_row(f"{variant} − {base}'s clip", *_paired(results, f"{variant}/troll",
+                                                                          f"{base}/clip", seeds)))  # fmt: skip
+            if "troll" in VARIANTS[base]:
+                lines.append(_diff_row(f"{variant} − {base}'s TROLL (floor)",
+                                       *_paired(results, f"{variant}/troll", f"{base}/troll", seeds)))  # fmt: skip
+    for regime in [v for v in variants if v in STRESS_REGIMES]:
+        best = {loss: _best_setting(results, regime, loss, seeds) for loss in ("troll", "clip")}
+        if all(best.values()):
+            label = f"best of each in {regime}: TROLL {best['troll']} − clip {best['clip']} (chosen on these seeds)"
+            lines.append(_diff_row(label, *_paired(results, f"{best['troll']}/troll", f"{best['clip']}/clip", seeds)))
+    return "\n".join(lines)
+
+
+def plot_curves(results_dir: str, variants: list[str], seeds: list[int], path: str, title: str) -> str:
+    """Train reward (trailing 3-step mean) against step, from the raw results: per variant one panel, a thin line per
+    seed and the mean over seeds thick, TROLL and clip."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(variants), figsize=(5 * len(variants), 3.6), squeeze=False)
+    columns = min(len(variants), 4)
+    rows_of_panels = -(-len(variants) // columns)
+    fig, axes = plt.subplots(rows_of_panels, columns, figsize=(5 * columns, 3.6 * rows_of_panels), squeeze=False)
+    for ax in axes.flat[len(variants) :]:
+        ax.set_visible(False)
     colors = {"troll": "tab:blue", "clip": "tab:orange"}
-    for ax, variant in zip(axes[0], variants, strict=True):
+    for ax, variant in zip(axes.flat, variants, strict=False):
         arms = [(variant, loss) for loss in VARIANTS[variant]]
         if "clip" not in VARIANTS[variant]:
             arms.append((_clip_variant(variant), "clip"))
         for arm_variant, loss in arms:
             curves = []
             for seed in seeds:
-                rows = read_metrics(os.path.join(out_dir, arm_variant, loss, f"seed{seed}", "metrics.jsonl"))
+                rows, _ = load_raw(results_dir, f"{arm_variant}/{loss}/seed{seed}")
                 rewards = [r[REWARD_KEY] for r in rows if REWARD_KEY in r]
                 if rewards:
                     curves.append(smooth(rewards, 3))
@@ -362,55 +600,93 @@ def main(argv=None) -> int:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--target", type=float, default=0.5)
-    default_variants = [v for v in VARIANTS if not v.startswith(("async", "bypass"))]
+    default_variants = [v for v in VARIANTS if v in ("grpo", "grpo8", "grpo_upper", "gspo")]
     parser.add_argument("--variants", nargs="+", default=default_variants, choices=list(VARIANTS),
-                        help="default: all but the staleness study's async1 async2 and the bypass arms")  # fmt: skip
-    parser.add_argument("--out-dir", default="outputs/bench_learning")
+                        help=f"default: {' '.join(default_variants)}")  # fmt: skip
+    parser.add_argument("--out-dir", default="outputs/bench_learning", help="the runs' logs and full metrics")
+    parser.add_argument("--results-dir", default=None,
+                        help="finished runs' filtered per-step metrics, the input of every table and plot (commit "
+                             "it; default: <out-dir>/raw)")  # fmt: skip
+    parser.add_argument("--report-only", action="store_true",
+                        help="run nothing: print the tables (and --plot) from --results-dir")  # fmt: skip
+    parser.add_argument("--stress", action="store_true",
+                        help="add the stress map's tables: collapses, and paired differences with 95 %% intervals")
     parser.add_argument("--cache-dir", default=None)
     parser.add_argument("--model", default="tiny", choices=list(MODELS))
     parser.add_argument("--plot", default=None, help="write the reward curves here (PNG)")
     args = parser.parse_args(argv)
 
     model = MODELS[args.model]
-    assets = model.build(args.cache_dir)
-    results_path = os.path.join(args.out_dir, "results.json")
-    results = json.load(open(results_path)) if os.path.exists(results_path) else {}
+    results_dir = args.results_dir or os.path.join(args.out_dir, "raw")
     plan = [(v, loss, s) for s in args.seeds for v in args.variants for loss in VARIANTS[v]]
+    if not args.report_only:
+        code = _run_plan(plan, model, args, results_dir)
+        if code:
+            return code
+    results = collect(results_dir, plan, args.target, model.val_key, args.steps)
+    missing = [f"{v}/{loss}/seed{s}" for v, loss, s in plan if f"{v}/{loss}/seed{s}" not in results]
+    if missing:
+        print(f"not in {results_dir} (not run, or fewer than {args.steps} steps): {' '.join(missing)}\n")
+    print(report(results, args.seeds, args.steps, args.target, args.variants))
+    if args.stress:
+        print()
+        print(stress_report(results, args.seeds, args.steps, args.variants))
+    if args.plot:
+        print("\nplot: " + plot_curves(results_dir, args.variants, args.seeds, args.plot,
+                                       f"GRPO on the {model.name} model's task, seeds {args.seeds}"))  # fmt: skip
+    return 0
+
+
+def _run_plan(plan, model, args, results_dir: str) -> int:
+    """Run every planned arm not yet in ``results_dir``, seed by seed; each finished run is saved at once."""
+    assets = None
     for index, (variant, loss, seed) in enumerate(plan, 1):
         key = f"{variant}/{loss}/seed{seed}"
-        run_dir = os.path.join(args.out_dir, variant, loss, f"seed{seed}")
-        rows = read_metrics(os.path.join(run_dir, "metrics.jsonl"))
-        if sum(1 for r in rows if REWARD_KEY in r) >= args.steps and key in results:
-            print(f"[{index}/{len(plan)}] {key}: reusing finished run", flush=True)
-            peak = results[key].get("worker_peak_rss_gb")
-            # from its log, so new statistics apply to old runs
-            results[key] = run_stats(rows, args.target, model.val_key, int(peak * 2**30) if peak else None)
+        rows, _ = load_raw(results_dir, key)
+        if sum(1 for r in rows if REWARD_KEY in r) >= args.steps:
+            print(f"[{index}/{len(plan)}] {key}: reusing finished run ({raw_path(results_dir, key)})", flush=True)
             continue
+        assets = assets or model.build(args.cache_dir)
         print(f"[{index}/{len(plan)}] {key}: running {args.steps} steps ...", flush=True)
+        run_dir = os.path.join(args.out_dir, variant, loss, f"seed{seed}")
         start = time.perf_counter()
         overrides = cpu_run_overrides(
-            model, assets, steps=args.steps, seed=seed, run_dir=run_dir, experiment=key.replace("/", "_")
-        ) + arm_overrides(variant, loss, model)
+            model, assets, steps=args.steps, seed=seed, run_dir=run_dir, experiment=key.replace("/", "_"),
+            lr=LEARNING_RATE.get(variant),
+        ) + arm_overrides(variant, loss, model)  # fmt: skip
         result = run_trainer(overrides, run_dir, track_memory=True)
         if result.returncode != 0:
             print(f"  failed (exit {result.returncode}); see {result.log_path}", file=sys.stderr)
             return 1
-        results[key] = run_stats(result.rows(), args.target, model.val_key, result.worker_peak_rss_bytes)
-        os.makedirs(args.out_dir, exist_ok=True)
-        with open(results_path, "w") as f:
-            json.dump(results, f, indent=2)
-        r = results[key]
-        print(f"  done in {time.perf_counter() - start:.0f} s: reward {r['reward_start']:.3f} -> "
-              f"{r['reward_final']:.3f}, steps to target {r['steps_to_target']}", flush=True)  # fmt: skip
-    os.makedirs(args.out_dir, exist_ok=True)
-    with open(results_path, "w") as f:  # reused runs' statistics were recomputed from their logs
-        json.dump(results, f, indent=2)
-    print()
-    print(report(results, args.seeds, args.steps, args.target, args.variants))
-    if args.plot:
-        print("\nplot: " + plot_curves(args.out_dir, args.variants, args.seeds, args.plot,
-                                       f"GRPO on the {model.name} model's task, seeds {args.seeds}"))  # fmt: skip
+        wall = time.perf_counter() - start
+        peak = result.worker_peak_rss_bytes
+        record = {"key": key, "model": model.name, "steps": args.steps, "wall_s": round(wall, 1),
+                  "worker_peak_rss_gb": peak / 2**30 if peak else None, "overrides": overrides,
+                  "date": time.strftime("%Y-%m-%d"), **_versions()}  # fmt: skip
+        save_raw(results_dir, key, result.rows(), record)
+        r = run_stats(result.rows(), args.target, model.val_key, peak)
+        print(f"  done in {wall:.0f} s: reward {r['reward_start']:.3f} -> {r['reward_final']:.3f}, steps to "
+              f"target {r['steps_to_target']}, collapsed {r['collapsed']}", flush=True)  # fmt: skip
     return 0
+
+
+def _versions() -> dict:
+    """The code and library versions a run record names."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {}
+    for dist in ("verl", "vllm", "torch"):
+        try:
+            out[dist] = version(dist)
+        except PackageNotFoundError:
+            out[dist] = None
+    try:
+        here = os.path.dirname(os.path.abspath(__file__))
+        out["commit"] = subprocess.run(["git", "-C", here, "rev-parse", "HEAD"], capture_output=True, text=True,
+                                       check=True).stdout.strip()  # fmt: skip
+    except (OSError, subprocess.CalledProcessError):
+        out["commit"] = None
+    return out
 
 
 if __name__ == "__main__":
