@@ -25,7 +25,8 @@ Correctness is checked before anything is timed. Every ratio is TROLL over clip 
 The last line of output is a JSON object (``time_ratio_fp32`` ... ``solver_time_ratio``).
 
     .venv/bin/python scripts/bench_loss.py                 # CPU, N=512 H=896 V=151936, fp32 and bf16
-    .venv/bin/python scripts/bench_loss.py --device cuda --tokens 8192 --hidden 2560 --dtypes bf16
+    .venv/bin/python scripts/bench_loss.py --shapes 512x576x49152 4096x576x49152 512x576x151936 4096x576x151936
+    .venv/bin/python scripts/bench_loss.py --device cuda --shapes 8192x2560x151936 8192x4096x151936 --dtypes bf16
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ import time
 import torch
 import torch.nn.functional as F
 from verl.trainer.ppo.core_algos import compute_policy_loss_vanilla
+from verl.utils.metric import Metric
 from verl.utils.torch_functional import logprobs_from_logits
 from verl.workers.config import FSDPActorConfig
 
@@ -156,7 +158,8 @@ def step_troll(x, cfg):
     loss, metrics = compute_policy_loss_troll(
         x["old_lp"][None, :], None, x["adv"], x["mask"], "token-mean", cfg, support=sup.reshape(1, -1)
     )
-    step_troll.metrics = metrics
+    # the metrics that combine other than by a mean across micro-batches come as verl Metric objects
+    step_troll.metrics = {k: float(v.aggregate()) if isinstance(v, Metric) else v for k, v in metrics.items()}
     return loss
 
 
@@ -310,42 +313,110 @@ def bench_solver(args, device):
     return out
 
 
+def parse_shape(text: str) -> tuple[int, int, int]:
+    """``NxHxV`` (tokens x hidden x vocabulary) as three ints."""
+    try:
+        n, h, v = (int(part) for part in text.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected NxHxV such as 4096x576x49152, got {text!r}") from None
+    if min(n, h, v) < 1:
+        raise argparse.ArgumentTypeError(f"N, H and V must be positive, got {text!r}")
+    return n, h, v
+
+
+def markdown_table(cases: list[dict]) -> str:
+    """One row per (shape, dtype): TROLL / clip time and peak memory (medians of paired ratios) and the seconds."""
+    lines = ["| N | H | V | dtype | time TROLL / clip | peak memory TROLL / clip | clip step [ms] | TROLL step [ms] "
+             "| clip peak [MiB] | TROLL peak [MiB] | support | projected |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for c in cases:
+        lines.append(
+            f"| {c['N']} | {c['H']} | {c['V']} | {c['dtype']} | {_num(c['time_ratio'])} | {_num(c['mem_ratio'])} | "
+            f"{1e3 * c['time_clip_s']:.1f} | {1e3 * c['time_troll_s']:.1f} | {c['mem_clip_mib']:.0f} | "
+            f"{c['mem_troll_mib']:.0f} | {c['support_size']:.1f} | {100 * c['projected_frac']:.0f} % |"
+        )
+    return "\n".join(lines)
+
+
+def _num(value) -> str:
+    return "n/a" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.3f}"
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", default="cpu")
     p.add_argument("--tokens", type=int, default=512)
     p.add_argument("--hidden", type=int, default=896)
     p.add_argument("--vocab", type=int, default=151936)
+    p.add_argument("--shapes", type=parse_shape, nargs="+", default=None, metavar="NxHxV",
+                   help="several shapes in one run (overrides --tokens/--hidden/--vocab), e.g. 512x576x49152")
     p.add_argument("--dtypes", default="fp32,bf16")
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--drift", type=float, default=0.5, help="std of the old-vs-current logit difference")
     p.add_argument("--solver-rows", type=int, default=32768)
     p.add_argument("--solver-support", type=int, default=128)
     p.add_argument("--solver-repeats", type=int, default=9)
+    p.add_argument("--skip-solver", action="store_true", help="skip the Newton vs bisection comparison")
     p.add_argument("--skip-verl-baseline", action="store_true", help="skip verl's logprobs_from_logits baseline")
+    p.add_argument("--json", default=None, help="also write the summary here")
+    p.add_argument("--markdown", default=None, help="also write the table here")
     args = p.parse_args(argv)
     device = torch.device(args.device)
     torch.manual_seed(0)
     log(f"torch {torch.__version__}, threads {torch.get_num_threads()}, device {device}")
 
-    summary = {}
-    for name in args.dtypes.split(","):
-        res, metrics = bench_loss(args, name, device)
-        summary[f"time_ratio_{name}"] = round(res["troll"]["time_ratio"], 4)
-        summary[f"mem_ratio_{name}"] = round(res["troll"]["mem_ratio"], 4)
-        if "clip-verl" in res:
-            summary[f"time_ratio_vs_verl_{name}"] = round(res["troll"]["time_ratio_vs_verl"], 4)
-            summary[f"mem_ratio_vs_verl_{name}"] = round(res["troll"]["mem_ratio_vs_verl"], 4)
-        summary[f"support_size_{name}"] = round(metrics["troll/support_size"], 2)
-        summary[f"projected_frac_{name}"] = round(metrics["troll/projected_frac"], 3)
-    solver = bench_solver(args, device)
-    summary["solver_time_ratio"] = round(solver["time_ratio"], 4)
-    summary["solver_rel_err_newton"] = float(f"{solver['newton']['rel_err']:.3e}")
-    summary["solver_rel_err_bisection"] = float(f"{solver['bisection']['rel_err']:.3e}")
-    summary["device"] = str(device)
-    summary["shape"] = f"N={args.tokens},H={args.hidden},V={args.vocab}"
-    log("")
-    print(json.dumps(summary), flush=True)
+    shapes = args.shapes or [(args.tokens, args.hidden, args.vocab)]
+    cases = []
+    for n, h, v in shapes:
+        for name in args.dtypes.split(","):
+            args.tokens, args.hidden, args.vocab = n, h, v
+            res, metrics = bench_loss(args, name, device)
+            troll = res["troll"]
+            case = {"N": n, "H": h, "V": v, "dtype": name,
+                    "time_ratio": round(troll["time_ratio"], 4), "mem_ratio": round(troll["mem_ratio"], 4),
+                    "time_clip_s": res["clip"]["time"], "time_troll_s": res["troll"]["time"],
+                    "mem_clip_mib": res["clip"]["mem"] / 2**20, "mem_troll_mib": res["troll"]["mem"] / 2**20,
+                    "support_size": round(metrics["troll/support_size"], 2),
+                    "projected_frac": round(metrics["troll/projected_frac"], 3)}  # fmt: skip
+            if "clip-verl" in res:
+                case["time_ratio_vs_verl"] = round(res["troll"]["time_ratio_vs_verl"], 4)
+                case["mem_ratio_vs_verl"] = round(res["troll"]["mem_ratio_vs_verl"], 4)
+            cases.append(case)
+    summary = {"device": str(device), "device_name": _device_name(device), "torch": torch.__version__, "cases": cases}
+    if not args.skip_solver:
+        solver = bench_solver(args, device)
+        summary["solver_time_ratio"] = round(solver["time_ratio"], 4)
+        summary["solver_rel_err_newton"] = float(f"{solver['newton']['rel_err']:.3e}")
+        summary["solver_rel_err_bisection"] = float(f"{solver['bisection']['rel_err']:.3e}")
+    table = markdown_table(cases)
+    log("\nTROLL / clip, medians of paired ratios measured in this run:\n" + table + "\n")
+    summary = _finite(summary)  # a ratio with a zero baseline (memory below the RSS page granularity) is null
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(summary, f, indent=1, allow_nan=False)
+    if args.markdown:
+        with open(args.markdown, "w") as f:
+            f.write(table + "\n")
+    print(json.dumps(summary, allow_nan=False), flush=True)
+
+
+def _finite(value):
+    """``value`` with every NaN float replaced by None, recursively (strict JSON)."""
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return value
+
+
+def _device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    import platform
+
+    return platform.processor() or platform.machine()
 
 
 if __name__ == "__main__":

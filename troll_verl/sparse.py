@@ -82,8 +82,10 @@ __all__ = [
     "chunk_rows",
 ]
 
-# Auto chunk size: rows per chunk such that one fp32 (rows, V) temporary is about this large.
+# Auto chunk size: rows per chunk such that one fp32 (rows, V) temporary is about this large, and at least this many
+# chunks per call (chunk_rows).
 DEFAULT_CHUNK_BYTES = 128 * 2**20
+MIN_CHUNKS = 8
 _PRIO_SAMPLED, _PRIO_OLD, _PRIO_NEW, _PRIO_SHIFT = 0, 1, 2, 2  # sort key = id << 2 | priority
 
 
@@ -167,12 +169,14 @@ def check_rows(rows: torch.Tensor, n_logits: int) -> int:
 
 
 def chunk_rows(n_rows: int, vocab: int, chunk_size: int | None) -> int:
-    """Rows per chunk: ``chunk_size`` if given, else as many as fit :data:`DEFAULT_CHUNK_BYTES` of fp32 logits."""
+    """Rows per chunk: ``chunk_size`` if given, else as many as fit :data:`DEFAULT_CHUNK_BYTES` of fp32 logits, and
+    at most ``1 / MIN_CHUNKS`` of the rows, so the chunk buffers stay a small share of the logits tensor itself
+    (a bf16 micro-batch's logits are half the size of one fp32 buffer of the same rows)."""
     if chunk_size is not None:
         if not isinstance(chunk_size, int) or chunk_size < 1:
             raise ValueError(f"chunk_size must be a positive int (tokens per chunk) or None, got {chunk_size!r}.")
         return chunk_size
-    return max(1, min(n_rows, DEFAULT_CHUNK_BYTES // (4 * max(vocab, 1))))
+    return max(1, min(n_rows, DEFAULT_CHUNK_BYTES // (4 * max(vocab, 1)), -(-n_rows // MIN_CHUNKS)))
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -197,19 +201,21 @@ def mass_rule_mask(sorted_logprobs: torch.Tensor, mass_delta: float) -> torch.Te
 
 
 class Workspace:
-    """Reusable ``(rows, V)`` compute-dtype buffers, one per name, so chunks do not re-allocate (and re-fault)
-    vocabulary-sized memory. Lives for one forward or backward call."""
+    """Reusable ``(rows, V)`` buffers, one per name and dtype (the compute dtype unless named), so chunks do not
+    re-allocate (and re-fault) vocabulary-sized memory. Lives for one forward or backward call."""
 
     def __init__(self, rows: int, vocab: int, dtype: torch.dtype, device: torch.device):
         self.rows, self.vocab, self.dtype, self.device = rows, vocab, dtype, device
-        self._bufs: dict[str, torch.Tensor] = {}
+        self._bufs: dict[tuple, torch.Tensor] = {}
 
-    def get(self, name: str, rows: int, width: int | None = None) -> torch.Tensor:
-        """A ``(rows, width)`` view of buffer ``name`` (``width`` defaults to the vocabulary size)."""
+    def get(self, name: str, rows: int, width: int | None = None, dtype: torch.dtype | None = None) -> torch.Tensor:
+        """A ``(rows, width)`` view of buffer ``name`` (``width`` defaults to the vocabulary size, ``dtype`` to the
+        compute dtype)."""
         width = self.vocab if width is None else width
-        buf = self._bufs.get((name, width))
+        dtype = self.dtype if dtype is None else dtype
+        buf = self._bufs.get((name, width, dtype))
         if buf is None:
-            buf = self._bufs[(name, width)] = torch.empty((self.rows, width), dtype=self.dtype, device=self.device)
+            buf = self._bufs[(name, width, dtype)] = torch.empty((self.rows, width), dtype=dtype, device=self.device)
         return buf[:rows]
 
     def as_compute(self, x: torch.Tensor) -> torch.Tensor:
@@ -228,17 +234,30 @@ class Workspace:
         """Chunk ``sl`` of the selected rows of ``x`` (all rows when ``rows`` is None) in the compute dtype."""
         return self.as_compute(x[sl]) if rows is None else self.take_rows(x, rows[sl])
 
+    def raw_chunk(self, x: torch.Tensor, rows: torch.Tensor | None, sl: slice) -> torch.Tensor:
+        """Chunk ``sl`` of the selected rows of ``x`` in ``x``'s own dtype: a view, or the rows gathered into the
+        ``"x"`` buffer."""
+        if rows is None:
+            return x[sl]
+        idx = rows[sl]
+        return torch.index_select(x, 0, idx, out=self.get("x", idx.shape[0], dtype=x.dtype))
+
 
 def _chunk_stats(z: torch.Tensor, k: int, p: torch.Tensor):
-    """Softmax, log-sum-exp and top-k of one ``(c, V)`` chunk of logits in the compute dtype.
+    """Softmax, log-sum-exp and top-k of one ``(c, V)`` chunk of logits.
 
-    ``softmax`` is one fused kernel writing into the preallocated buffer ``p`` (``(c, V)``); the log-sum-exp is
-    recovered from the arg-max entry, ``LSE = z_max − log p_max`` (``p_max ≥ 1/V``, so this is exact to
-    rounding). Returns ``(lse (c,), topv (c, k), topi (c, k))`` and leaves ``softmax(z)`` in ``p``.
+    ``z`` may be of a lower precision than the compute dtype of ``p`` (bf16 logits): the softmax is one fused
+    kernel that reads ``z`` and writes ``softmax(z)`` in the compute dtype into the preallocated buffer ``p``
+    (``(c, V)``), so no upcast copy of the chunk is made. The top-k runs on ``p`` (the same order as ``z``: softmax
+    is monotone; and a compute-dtype top-k, where bf16 comparisons are slow on CPU). The log-sum-exp is recovered
+    from the arg-max entry, ``LSE = z_max − log p_max`` (``p_max ≥ 1/V``, so this is exact to rounding), and the
+    top-k values are the logits themselves, gathered and upcast exactly. Returns ``(lse (c,), topv (c, k),
+    topi (c, k))`` in the compute dtype and leaves ``softmax(z)`` in ``p``.
     """
-    torch.softmax(z, dim=-1, out=p)
-    topv, topi = torch.topk(z, k, dim=-1, sorted=True)
-    lse = topv[:, 0] - torch.log(p.gather(1, topi[:, :1]).squeeze(1))
+    torch.softmax(z, dim=-1, dtype=p.dtype, out=p)
+    top_p, topi = torch.topk(p, k, dim=-1, sorted=True)
+    topv = z.gather(1, topi).to(p.dtype)
+    lse = topv[:, 0] - torch.log(top_p[:, 0])
     return lse, topv, topi
 
 
@@ -355,7 +374,7 @@ def old_topk_from_logits(
     for r0 in range(0, N, step):
         r1 = min(r0 + step, N)
         p = ws.get("p", r1 - r0)
-        lse, topv, topi = _chunk_stats(ws.chunk(logits, rows, slice(r0, r1)), k, p)
+        lse, topv, topi = _chunk_stats(ws.raw_chunk(logits, rows, slice(r0, r1)), k, p)
         lp = topv - lse[:, None]
         keep = mass_rule_mask(lp, mass_delta)
         tail[r0:r1] = _tail_logprob(p, torch.where(keep, topi, topi[:, :1]))
@@ -368,13 +387,13 @@ def old_topk_from_logits(
 # the current policy on the union support (update pass; differentiable, memory-lean)
 # ----------------------------------------------------------------------------------------------------------
 def _forward_chunk(z, p, k, mass_delta, log_floor, old_ids, old_lp, sampled, sampled_old_lp):
-    """Everything the forward pass needs from one ``(c, V)`` chunk ``z`` of the current logits (compute dtype);
-    ``p`` is a ``(c, V)`` scratch buffer."""
+    """Everything the forward pass needs from one ``(c, V)`` chunk ``z`` of the current logits (their own dtype);
+    ``p`` is a ``(c, V)`` scratch buffer of the compute dtype, in which everything is returned."""
     lse, topv, topi = _chunk_stats(z, k, p)
     keep = mass_rule_mask(topv - lse[:, None], mass_delta)
-    ids, old, valid, count = union_support(old_ids, old_lp, topi, keep, sampled, sampled_old_lp, log_floor, z.dtype)
+    ids, old, valid, count = union_support(old_ids, old_lp, topi, keep, sampled, sampled_old_lp, log_floor, p.dtype)
     safe = safe_ids(ids, valid, sampled)
-    new = torch.where(valid, z.gather(1, safe) - lse[:, None], 0.0)
+    new = torch.where(valid, z.gather(1, safe).to(p.dtype) - lse[:, None], 0.0)
     return ids, old, valid, count, new, _tail_logprob(p, safe)
 
 
@@ -413,15 +432,28 @@ def sparse_forward(
 
 
 def _grad_chunk(z, safe, valid, g_new, g_tail_eff, tail_raw, new_lp, out):
-    """∂L/∂z for one chunk, written into ``out`` (derivation in :class:`_SparseFromLogits`)."""
-    tiny = torch.finfo(out.dtype).tiny
+    """∂L/∂z for one chunk, written into ``out`` (derivation in :class:`_SparseFromLogits`).
+
+    ``z`` and ``out`` have the logits' dtype, the other tensors the compute dtype. The dense term ``π_b · c_row`` is
+    computed in the logits' dtype: it is a gradient, which the bound does not depend on, and a bf16 model's logits
+    gradient is bf16 (as clip's is). On the support the gradient is then overwritten with its value computed in
+    the compute dtype and rounded once, so the terms that cancel there (``π_a · c_row + g_a − π_a · g_t / π_t``,
+    e.g. at a sampled token of probability near 1) keep their precision.
+    """
+    tiny = torch.finfo(new_lp.dtype).tiny
     g_over_tail = torch.where(g_tail_eff != 0, g_tail_eff / torch.exp(tail_raw).clamp_min(tiny), 0.0)
     g_new = torch.where(valid, g_new, 0.0)
     coef = g_over_tail - g_new.sum(-1) - g_tail_eff
     grad = torch.softmax(z, dim=-1, out=out)  # π, recomputed (one fused kernel)
-    grad.mul_(coef[:, None])
-    corr = g_new - torch.exp(new_lp) * g_over_tail[:, None]
-    grad.scatter_add_(1, safe, torch.where(valid, corr, 0.0).to(grad.dtype))
+    grad.mul_(coef[:, None].to(grad.dtype))
+    pi = torch.exp(new_lp)
+    exact = pi * coef[:, None] + g_new - pi * g_over_tail[:, None]
+    # padding slots point at the sampled token (safe_ids), which is on the support exactly once: they take its
+    # value, so every write to that entry agrees (a row without padding needs no such value)
+    pad_id = safe.gather(1, (~valid).long().argmax(-1, keepdim=True))
+    sampled_slot = (valid & (safe == pad_id)).long().argmax(-1, keepdim=True)
+    exact = torch.where(valid, exact, exact.gather(1, sampled_slot))
+    grad.scatter_(1, safe, exact.to(grad.dtype))
     return grad
 
 
@@ -473,7 +505,7 @@ class _SparseFromLogits(torch.autograd.Function):
         N = logits.shape[0] if rows is None else rows.shape[0]
         cdt = compute_dtype(logits.dtype)
         ids, old, valid, new, tail_raw = sparse_forward(
-            lambda r0, r1, ws: ws.chunk(logits, rows, slice(r0, r1)), N, V, k, mass_delta, log_floor,
+            lambda r0, r1, ws: ws.raw_chunk(logits, rows, slice(r0, r1)), N, V, k, mass_delta, log_floor,
             old_ids, old_lp, sampled, sampled_old_lp, step, cdt,
         )  # fmt: skip
         ctx.save_for_backward(logits, rows, ids, valid, new, tail_raw, sampled)
@@ -492,24 +524,22 @@ class _SparseFromLogits(torch.autograd.Function):
         V = logits.shape[1]
         N = logits.shape[0] if rows is None else rows.shape[0]
         grad = torch.empty_like(logits)
-        # write straight into the gradient buffer where its rows are contiguous and of the compute dtype
-        direct = rows is None and grad.dtype == compute_dtype(logits.dtype)
         if rows is not None:
             unselected = torch.ones(logits.shape[0], dtype=torch.bool, device=logits.device)
             unselected[rows] = False
             grad[unselected] = 0.0
 
+        # the gradient is written in the logits' dtype (_grad_chunk): straight into its buffer where the rows are
+        # contiguous, else through a chunk buffer
         def target(sl, ws):
-            return grad[sl] if direct else ws.get("g", sl.stop - sl.start)
+            return grad[sl] if rows is None else ws.get("g", sl.stop - sl.start, dtype=grad.dtype)
 
         def consume(sl, g):
             if rows is not None:
-                grad.index_copy_(0, rows[sl], g.to(grad.dtype))
-            elif not direct:
-                grad[sl].copy_(g)
+                grad.index_copy_(0, rows[sl], g)
 
         sparse_backward(
-            lambda sl, ws: ws.chunk(logits, rows, sl), target, consume, N, V, ctx.step, saved, g_new, g_tail,
+            lambda sl, ws: ws.raw_chunk(logits, rows, sl), target, consume, N, V, ctx.step, saved, g_new, g_tail,
             ctx.log_floor,
         )  # fmt: skip
         return grad, None, None, None, None, None, None, None, None, None
