@@ -609,6 +609,8 @@ def main(argv=None) -> int:
                              "it; default: <out-dir>/raw)")  # fmt: skip
     parser.add_argument("--report-only", action="store_true",
                         help="run nothing: print the tables (and --plot) from --results-dir")  # fmt: skip
+    parser.add_argument("--dry-run", action="store_true",
+                        help="run nothing: check every planned run's config with TROLL's dry run (no Ray, no model)")
     parser.add_argument("--stress", action="store_true",
                         help="add the stress map's tables: collapses, and paired differences with 95 %% intervals")
     parser.add_argument("--cache-dir", default=None)
@@ -619,6 +621,8 @@ def main(argv=None) -> int:
     model = MODELS[args.model]
     results_dir = args.results_dir or os.path.join(args.out_dir, "raw")
     plan = [(v, loss, s) for s in args.seeds for v in args.variants for loss in VARIANTS[v]]
+    if args.dry_run:
+        return _dry_run_plan(plan, model, args)
     if not args.report_only:
         code = _run_plan(plan, model, args, results_dir)
         if code:
@@ -637,6 +641,32 @@ def main(argv=None) -> int:
     return 0
 
 
+def _run_overrides(model, assets, args, variant: str, loss: str, seed: int) -> list[str]:
+    key = f"{variant}/{loss}/seed{seed}"
+    run_dir = os.path.join(args.out_dir, variant, loss, f"seed{seed}")
+    return cpu_run_overrides(
+        model, assets, steps=args.steps, seed=seed, run_dir=run_dir, experiment=key.replace("/", "_"),
+        lr=LEARNING_RATE.get(variant),
+    ) + arm_overrides(variant, loss, model)  # fmt: skip
+
+
+def _dry_run_plan(plan, model, args) -> int:
+    """Every planned run's command through ``python -m troll_verl.dry_run`` (one process, CPU platform)."""
+    import tempfile
+
+    assets = model.build(args.cache_dir)
+    with tempfile.TemporaryDirectory() as tmp:
+        files = []
+        for variant, loss, seed in plan:
+            path = os.path.join(tmp, f"{variant}.{loss}.seed{seed}")
+            command = ["-m", "troll_verl.main", *_run_overrides(model, assets, args, variant, loss, seed)]
+            with open(path, "wb") as f:
+                f.write(b"".join(part.encode() + b"\0" for part in command))
+            files.append(path)
+        env = {**os.environ, "VERL_PLATFORM": "cpu"}
+        return subprocess.run([sys.executable, "-m", "troll_verl.dry_run", *files], env=env).returncode
+
+
 def _run_plan(plan, model, args, results_dir: str) -> int:
     """Run every planned arm not yet in ``results_dir``, seed by seed; each finished run is saved at once."""
     assets = None
@@ -650,10 +680,7 @@ def _run_plan(plan, model, args, results_dir: str) -> int:
         print(f"[{index}/{len(plan)}] {key}: running {args.steps} steps ...", flush=True)
         run_dir = os.path.join(args.out_dir, variant, loss, f"seed{seed}")
         start = time.perf_counter()
-        overrides = cpu_run_overrides(
-            model, assets, steps=args.steps, seed=seed, run_dir=run_dir, experiment=key.replace("/", "_"),
-            lr=LEARNING_RATE.get(variant),
-        ) + arm_overrides(variant, loss, model)  # fmt: skip
+        overrides = _run_overrides(model, assets, args, variant, loss, seed)
         result = run_trainer(overrides, run_dir, track_memory=True)
         if result.returncode != 0:
             print(f"  failed (exit {result.returncode}); see {result.log_path}", file=sys.stderr)

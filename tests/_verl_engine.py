@@ -64,10 +64,13 @@ def tiny_model_dir(
     token only (used to test sequence-parallel bookkeeping without a sequence-parallel attention kernel). vLLM's CPU
     attention needs a head dimension ``hidden // heads`` of 32 or more.
     """
-    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM
 
-    config_cls, model_cls = {"qwen2": (Qwen2Config, Qwen2ForCausalLM), "llama": (LlamaConfig, LlamaForCausalLM)}[arch]
+    config_cls, model_cls = {"qwen2": (Qwen2Config, Qwen2ForCausalLM), "llama": (LlamaConfig, LlamaForCausalLM),
+                             "qwen3": (Qwen3Config, Qwen3ForCausalLM)}[arch]  # fmt: skip
+    extra = {"head_dim": hidden // heads} if arch == "qwen3" else {}  # Qwen3's default head_dim is 128
     cfg = config_cls(
+        **extra,
         vocab_size=vocab,
         hidden_size=hidden,
         intermediate_size=intermediate or 2 * hidden,
@@ -88,13 +91,14 @@ def tiny_model_dir(
     return path
 
 
-def compose_config(model_path: str, *overrides: str) -> DictConfig:
-    """troll_trainer.yaml (verl's ppo_trainer + TROLL) with CPU settings and ``overrides``."""
+def compose_config(model_path: str, *overrides: str, base=CPU_OVERRIDES) -> DictConfig:
+    """troll_trainer.yaml (verl's ppo_trainer + TROLL) with ``base`` settings (the exact CPU ones by default) and
+    ``overrides``."""
     config_dir = os.path.join(os.path.dirname(troll_verl.__file__), "config")
     with initialize_config_dir(config_dir=config_dir, version_base=None):
         return compose(
             "troll_trainer",
-            overrides=[f"actor_rollout_ref.model.path={model_path}", *CPU_OVERRIDES, *overrides],
+            overrides=[f"actor_rollout_ref.model.path={model_path}", *base, *overrides],
         )
 
 
@@ -146,8 +150,9 @@ def old_pass(worker, batch, temperature: float, store: bool = True, **flags):
     return worker.compute_log_prob(data)
 
 
-def update_batch(batch, old_output, advantages: torch.Tensor, temperature: float, mini_batch_size: int):
-    """The update pass's input: the batch plus the old pass's outputs, as verl's trainer assembles it."""
+def update_batch(batch, old_output, advantages: torch.Tensor, temperature: float, mini_batch_size: int, troll=True):
+    """The update pass's input: the batch plus the old pass's outputs, as verl's trainer assembles it (``troll``:
+    as TROLL's trainer tags it; False: as verl's own, for a clip baseline)."""
     from verl.utils import tensordict_utils as tu
     from verl.workers.utils.padding import response_from_nested
 
@@ -169,6 +174,6 @@ def update_batch(batch, old_output, advantages: torch.Tensor, temperature: float
         epochs=1,
         seed=0,
         dataloader_kwargs={"shuffle": False},
-        troll_update=True,
+        troll_update=troll,
     )
     return data

@@ -19,3 +19,55 @@ import os
 # this set (see troll_verl/platform/cpu.py). Every test process, Ray workers included, inherits it.
 os.environ["VERL_PLATFORM"] = "cpu"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# TROLL_TEST_DEVICE=cuda (scripts/gpu_check.sh): the numerical core's functions run on that device. Each core function a
+# test module imported by name is wrapped: its tensor arguments move to the device and its results come back to the
+# CPU, so the tests' data, references and assertions stay as they are while the core computes on the GPU (gradients
+# flow through the moves, so gradcheck checks the device's backward).
+# ---------------------------------------------------------------------------------------------------------------------
+import functools  # noqa: E402
+
+import pytest  # noqa: E402
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "host_only: not run with TROLL_TEST_DEVICE (checks tensor identity, not math)")
+
+_CORE_MODULES = ("troll_verl.projection", "troll_verl.sparse", "troll_verl.terms", "troll_verl.losses")
+
+
+def _moved(value, device):
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return value.to(device)
+    if isinstance(value, tuple) and hasattr(value, "_fields"):
+        return type(value)(*(_moved(v, device) for v in value))
+    if isinstance(value, tuple | list):
+        return type(value)(_moved(v, device) for v in value)
+    if isinstance(value, dict):
+        return {k: _moved(v, device) for k, v in value.items()}
+    return value
+
+
+def _on_device(fn, device):
+    @functools.wraps(fn)
+    def wrapped(*args, **kwargs):
+        return _moved(fn(*_moved(args, device), **_moved(kwargs, device)), "cpu")
+
+    return wrapped
+
+
+@pytest.fixture(autouse=True)
+def _core_on_test_device(request, monkeypatch):
+    device = os.environ.get("TROLL_TEST_DEVICE", "cpu")
+    if device == "cpu" or request.module is None:
+        return
+    if request.node.get_closest_marker("host_only"):
+        pytest.skip("checks the caller's own tensors (identity, not numerics): runs on the host only")
+    for name, value in vars(request.module).items():
+        core = getattr(value, "__module__", "").startswith(_CORE_MODULES)
+        if core and callable(value) and not isinstance(value, type):
+            monkeypatch.setattr(request.module, name, _on_device(value, device))

@@ -256,3 +256,33 @@ def test_bypass_mode_projects_around_the_rollout_policy(smollm2, tmp_path):
         assert r["actor/troll/mismatch_projected_frac"] == 0.0
         assert r["actor/troll/kl_after_max"] <= 0.05 * (1 + 1e-3)
         assert 0.0 <= r["troll/rollout_tail_mass"] < 1.0
+
+
+# the benchmarks that need the real model, at a tiny size (tests/test_benchmarks_on_cpu.py lists every benchmark)
+def _bench(script, *args):
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    proc = subprocess.run([sys.executable, f"scripts/{script}", *args], cwd=root, capture_output=True, text=True,
+                          timeout=600, env={**os.environ, **_TAG})  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(700)
+def test_bench_sparsity_at_a_tiny_size(smollm2, tmp_path):
+    _bench("bench_sparsity.py", "--temperatures", "1.0", "--updates", "1", "--prompts", "2", "--max-new-tokens", "4",
+           "--cache-dir", os.path.dirname(smollm2.root), "--json", str(tmp_path / "s.json"))  # fmt: skip
+    (result,) = json.loads((tmp_path / "s.json").read_text())
+    assert result["temperature"] == 1.0
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(700)
+def test_bench_rollout_topk_at_a_tiny_size(smollm2):
+    out = _bench("bench_rollout_topk.py", "--prompts", "2", "--repeats", "1", "--max-tokens", "4",
+                 "--cache-dir", os.path.dirname(smollm2.root))  # fmt: skip
+    assert "logprobs=0" in out
+    assert _left_behind() == []

@@ -139,6 +139,7 @@ def test_sparse_path_equals_dense_path_when_topk_covers_vocab():
     torch.testing.assert_close(g_sparse, g_dense, atol=1e-9, rtol=0)
 
 
+@pytest.mark.host_only
 def test_saves_no_extra_vocab_sized_buffer():
     """Memory contract: backward keeps only the caller's logits (no copy) plus O(N·S) tensors."""
     N, V, K = 64, 4000, 16

@@ -54,7 +54,8 @@ class TrollConfig(BaseConfig):
         solver_max_iter (int): iteration cap of the solver.
         solver_tol (float | None): Newton step tolerance in log w; None picks a dtype default.
         eta_max (float): largest η the solver may use; residual violations are reported as metrics.
-        chunk_size (int | None): tokens per chunk in the lean logits path; None picks ~128 MiB chunks.
+        chunk_size (int | None): tokens per chunk in the lean logits path; None picks an eighth of the tokens (at
+            most 1 GiB of fp32).
         old_value_dtype (str): dtype used to store the old top-K log-probs: float32, bfloat16 or float16.
     """
 
