@@ -21,7 +21,7 @@ _pip() {
     fi
 }
 
-# bubblewrap sandboxes locally scored code (troll_verl/rewards/sandbox.py); installed where we may, else the scorer
+# bubblewrap sandboxes locally scored code (troll_verl/recipes/rewards/sandbox.py); installed where we may, else the scorer
 # falls back to its plain runner with a warning.
 ensure_bwrap() {
     command -v bwrap >/dev/null 2>&1 && return 0

@@ -14,8 +14,9 @@
 """Learning benchmark: TROLL vs clip (GRPO, GSPO), several seeds, verl's real trainer and vLLM rollout on CPU.
 
 ``--model tiny`` (default) is the built-in task; ``--model smollm2`` the real pretrained LLM (SmolLM2-135M-Instruct,
-:mod:`troll_verl.smollm2`). For every (variant, loss, seed) it runs the quickstart's configuration for that model
-(:func:`troll_verl.quickstart.cpu_run_overrides`) and reports, per variant, TROLL against its clip baseline measured
+:mod:`troll_verl.assets.smollm2`). For every (variant, loss, seed) it runs the quickstart's configuration for that model
+(:func:`troll_verl.tools.quickstart.cpu_run_overrides`) and reports, per variant, TROLL against its clip baseline
+measured
 in the same invocation:
 
 - steps to target: the first step whose trailing 5-step mean train reward reaches ``--target`` (a run that never
@@ -55,7 +56,7 @@ steps per batch, against TROLL's sequence-level ratio), each with ``_tight`` / `
 
 ``grpo_upper`` is TROLL with ``old_estimate=upper`` (no clip arm of its own: compare it with ``grpo``'s).
 
-``bypass`` is TROLL in verl's bypass mode (:mod:`troll_verl.bypass`: the old distribution is the vLLM rollout's
+``bypass`` is TROLL in verl's bypass mode (:mod:`troll_verl.bypass.mode`: the old distribution is the vLLM rollout's
 top-K, no old-log-prob pass), ``bypass_bf16`` the same with a bf16 rollout against the fp32 actor (a stand-in for a
 GPU's train-inference mismatch); neither has a clip arm of its own: run them with ``grpo`` (TROLL recomputing the old
 distribution, and clip), and the report adds their mismatch table:
@@ -76,8 +77,8 @@ import subprocess
 import sys
 import time
 
-from troll_verl.plotting import read_jsonl, smooth
-from troll_verl.quickstart import (
+from troll_verl.tools.plotting import read_jsonl, smooth
+from troll_verl.tools.quickstart import (
     MODELS,
     REWARD_KEY,
     VAL_KEY,
@@ -111,7 +112,7 @@ def updates_overrides(updates: int, model) -> list[str]:
 
 def arm_overrides(variant: str, loss: str, model) -> list[str]:
     """The overrides of one arm on ``model``: the variant's own, plus its update schedule where it sets one (its
-    learning rate goes to :func:`~troll_verl.quickstart.cpu_run_overrides`, ``LEARNING_RATE``)."""
+    learning rate goes to :func:`~troll_verl.tools.quickstart.cpu_run_overrides`, ``LEARNING_RATE``)."""
     extra = updates_overrides(UPDATES_PER_BATCH[variant], model) if variant in UPDATES_PER_BATCH else []
     return VARIANTS[variant][loss] + extra
 
@@ -141,7 +142,7 @@ VARIANTS = {
         "troll": ["actor_rollout_ref.actor.policy_loss.loss_mode=troll"],
         "clip": ["actor_rollout_ref.actor.policy_loss.loss_mode=vanilla", "actor_rollout_ref.actor.clip_ratio=0.2"],
     },
-    # TROLL with the upper old-side estimate (troll_verl.sparse.old_side_estimate); its baseline is grpo's clip
+    # TROLL with the upper old-side estimate (troll_verl.core.sparse.old_side_estimate); its baseline is grpo's clip
     "grpo_upper": {
         "troll": ["actor_rollout_ref.actor.policy_loss.loss_mode=troll",
                   "actor_rollout_ref.actor.policy_loss.old_estimate=upper"],  # fmt: skip
@@ -159,7 +160,7 @@ VARIANTS = {
         "clip": ["actor_rollout_ref.actor.policy_loss.loss_mode=vanilla", "actor_rollout_ref.actor.clip_ratio=0.2",
                  *_async(2)],  # fmt: skip
     },
-    # bypass mode (troll_verl.bypass): the old distribution is the vLLM rollout's top-K, no old-log-prob pass; its
+    # bypass mode (troll_verl.bypass.mode): the old distribution is the vLLM rollout's top-K, no old-log-prob pass; its
     # baselines are grpo's arms (TROLL recomputing the old distribution, and clip), same seeds and data order
     "bypass": {"troll": ["actor_rollout_ref.actor.policy_loss.loss_mode=troll", *BYPASS]},
     # the same with a bf16 rollout against the fp32 actor: a stand-in for a GPU's train-inference mismatch
@@ -651,7 +652,7 @@ def _run_overrides(model, assets, args, variant: str, loss: str, seed: int) -> l
 
 
 def _dry_run_plan(plan, model, args) -> int:
-    """Every planned run's command through ``python -m troll_verl.dry_run`` (one process, CPU platform)."""
+    """Every planned run's command through ``python -m troll_verl.tools.dry_run`` (one process, CPU platform)."""
     import tempfile
 
     assets = model.build(args.cache_dir)
@@ -664,7 +665,7 @@ def _dry_run_plan(plan, model, args) -> int:
                 f.write(b"".join(part.encode() + b"\0" for part in command))
             files.append(path)
         env = {**os.environ, "VERL_PLATFORM": "cpu"}
-        return subprocess.run([sys.executable, "-m", "troll_verl.dry_run", *files], env=env).returncode
+        return subprocess.run([sys.executable, "-m", "troll_verl.tools.dry_run", *files], env=env).returncode
 
 
 def _run_plan(plan, model, args, results_dir: str) -> int:

@@ -15,12 +15,13 @@
 
 One vLLM-CPU engine on the real model (SmolLM2-135M-Instruct, fp32, T=1, the learning runs' chat prompts and
 response budget), asked exactly as verl's server asks in each mode: ``logprobs=0`` (verl's rollout log-probs, the
-recompute path) or ``logprobs=K, flat_logprobs=True`` (TROLL's server in bypass mode, :mod:`troll_verl.vllm_topk`).
+recompute path) or ``logprobs=K, flat_logprobs=True`` (TROLL's server in bypass mode,
+:mod:`troll_verl.bypass.vllm_topk`).
 The two are interleaved ABBA per repetition, so drift on this shared machine hits both alike. Reported per arm:
 
 - generated tokens per second of ``LLM.generate`` (median over repetitions) and its ratio against ``logprobs=0``;
 - the conversion TROLL adds in bypass mode (the server's arrays, then the mass rule and tail of
-  :func:`troll_verl.rollout_topk.old_topk_from_rollout`), in microseconds per token;
+  :func:`troll_verl.bypass.rollout_topk.old_topk_from_rollout`), in microseconds per token;
 - the bytes per response token the fields add: the server's ``(T, K)`` ids and log-probs in ``extra_fields``, and the
   stored old top-K (ids, log-probs, tail) the update reads, from the arrays themselves.
 
@@ -39,7 +40,7 @@ import time
 def _prompts(model_dir: str, count: int) -> list[list[int]]:
     from transformers import AutoTokenizer
 
-    from troll_verl.smollm2.task import ArithmeticTask, prompt_text
+    from troll_verl.assets.smollm2.task import ArithmeticTask, prompt_text
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     train, _ = ArithmeticTask().split()
@@ -63,9 +64,9 @@ def main(argv=None) -> int:
     import torch
     from vllm import LLM, SamplingParams
 
-    from troll_verl.quickstart import MODELS
-    from troll_verl.rollout_topk import old_topk_from_rollout, topk_arrays_from_logprobs
-    from troll_verl.settings import TrollConfig
+    from troll_verl.bypass.rollout_topk import old_topk_from_rollout, topk_arrays_from_logprobs
+    from troll_verl.core.config import TrollConfig
+    from troll_verl.tools.quickstart import MODELS
 
     assets = MODELS["smollm2"].build(args.cache_dir)
     prompts = _prompts(assets.model_dir, args.prompts)

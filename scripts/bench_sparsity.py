@@ -13,14 +13,14 @@
 # limitations under the License.
 """Sparsity benchmark on the real model (SmolLM2-135M-Instruct): top-K coverage and the sparse KL's accuracy.
 
-On the model's own sampled answers to its task (:mod:`troll_verl.smollm2`), at each ``--temperatures``:
+On the model's own sampled answers to its task (:mod:`troll_verl.assets.smollm2`), at each ``--temperatures``:
 
 1. **Coverage**: tokens needed for 1 − δ of the mass at each response position (median, p90), and the share of
    positions where K falls short. Measured on the initial model and after the updates of step 2.
 2. **Sparse KL against the full-vocabulary KL**, after ``--updates`` Adam steps (lr ``--lr``) of a REINFORCE
    objective with group-centred task rewards on the same answers (a stand-in for TROLL's real updates; the KL is
    per token between the policy before and after). For each old-side estimate (``floor``: the paper's 1e-12,
-   ``upper``, ``proportional``; :func:`troll_verl.sparse.old_side_estimate`): the median ratio sparse / full,
+   ``upper``, ``proportional``; :func:`troll_verl.core.sparse.old_side_estimate`): the median ratio sparse / full,
    the share of tokens projected (sparse KL > ε), projected *only because of the estimate* (sparse > ε ≥ full)
    and missed (full > ε ≥ sparse).
 
@@ -38,10 +38,10 @@ import time
 
 import torch
 
-from troll_verl.projection import project
-from troll_verl.smollm2 import build_smollm2
-from troll_verl.smollm2.task import DATA_SOURCE, ArithmeticTask, compute_score, prompt_text
-from troll_verl.sparse import OLD_ESTIMATES, old_topk_from_logits, troll_sparse_from_logits
+from troll_verl.assets.smollm2 import build_smollm2
+from troll_verl.assets.smollm2.task import DATA_SOURCE, ArithmeticTask, compute_score, prompt_text
+from troll_verl.core.projection import project
+from troll_verl.core.sparse import OLD_ESTIMATES, old_topk_from_logits, troll_sparse_from_logits
 
 
 def sample_answers(model, tokenizer, pairs, temperature: float, max_new_tokens: int, seed: int):

@@ -120,7 +120,7 @@ def stage_engine(out_dir: str) -> dict:
         os.environ["VERL_PLATFORM"] = "cpu"  # before verl is imported
     import torch.distributed as dist
 
-    import troll_verl.plugin  # noqa: F401 - registers TROLL's loss, and the CPU platform where selected
+    import troll_verl.integration.plugin  # noqa: F401 - registers TROLL's loss, and the CPU platform where selected
 
     sys.path.insert(0, os.path.join(ROOT, "tests"))
     from _verl_engine import (
@@ -201,7 +201,7 @@ ENGINE_OVERRIDES = [
 
 
 def _actor_worker(config):
-    from troll_verl.workers import TrollActorRolloutRefWorker
+    from troll_verl.integration.workers import TrollActorRolloutRefWorker
 
     worker = TrollActorRolloutRefWorker(config.actor_rollout_ref, role="actor")
     worker.init_model()

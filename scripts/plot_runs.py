@@ -33,7 +33,7 @@ import argparse
 import os
 import sys
 
-from troll_verl.plotting import PANELS, LogFormatError, ReaderUnavailableError, load_run, run_table, write_plots
+from troll_verl.tools.plotting import PANELS, LogFormatError, ReaderUnavailableError, load_run, run_table, write_plots
 
 
 def _split_label(arg: str) -> tuple[str | None, str]:

@@ -23,4 +23,4 @@ args=(--model "${MODEL:-smollm2}" --seed "${SEED:-0}")
 [ "${COMPARE:-0}" = "1" ] && args+=(--compare)
 [ -n "${OUT_DIR:-}" ] && args+=(--out-dir "$OUT_DIR")
 [ -n "${TIMEOUT:-}" ] && args+=(--timeout "$TIMEOUT")
-exec "$VENV_PY" -m troll_verl.quickstart "${args[@]}" -- "$@"
+exec "$VENV_PY" -m troll_verl.tools.quickstart "${args[@]}" -- "$@"

@@ -104,7 +104,7 @@ def compose_config(model_path: str, *overrides: str, base=CPU_OVERRIDES) -> Dict
 
 def make_actor_worker(config: DictConfig, role: str = "actor"):
     """TROLL's ``ActorRolloutRefWorker`` subclass, in this process, with its model initialised."""
-    from troll_verl.workers import TrollActorRolloutRefWorker
+    from troll_verl.integration.workers import TrollActorRolloutRefWorker
 
     init_single_process_group()
     worker = TrollActorRolloutRefWorker(config.actor_rollout_ref, role=role)

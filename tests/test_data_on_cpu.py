@@ -27,12 +27,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from troll_verl.data import check_rl_parquet, check_rl_rows
-from troll_verl.data.common import RecordError, SplitReport, map_records, read_records
-from troll_verl.data.dapo_math import build_dapo_split, dapo_row
-from troll_verl.data.eurus2 import build_eurus2_split, eurus2_row, normalize_code_tests
-from troll_verl.data.gsm8k import gsm8k_ground_truth, gsm8k_row
-from troll_verl.data.prompts import (
+from troll_verl.recipes.data import check_rl_parquet, check_rl_rows
+from troll_verl.recipes.data.common import RecordError, SplitReport, map_records, read_records
+from troll_verl.recipes.data.dapo_math import build_dapo_split, dapo_row
+from troll_verl.recipes.data.eurus2 import build_eurus2_split, eurus2_row, normalize_code_tests
+from troll_verl.recipes.data.gsm8k import gsm8k_ground_truth, gsm8k_row
+from troll_verl.recipes.data.prompts import (
     CODE_CALL_INSTRUCTION,
     CODE_STDIN_INSTRUCTION,
     GSM8K_INSTRUCTION,

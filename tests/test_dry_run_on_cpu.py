@@ -11,7 +11,7 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Unit tests of troll_verl.dry_run's parts that need no Hydra run (the recipes' end-to-end dry runs are in
+"""Unit tests of troll_verl.tools.dry_run's parts that need no Hydra run (the recipes' end-to-end dry runs are in
 test_recipes_on_cpu.py): the switch, model loading swapped out, start-up checks, recorded commands, the batch CLI."""
 
 import json
@@ -23,7 +23,7 @@ import pytest
 from omegaconf import OmegaConf
 from verl.workers.config import FSDPEngineConfig, McoreEngineConfig
 
-from troll_verl import dry_run as dr
+from troll_verl.tools import dry_run as dr
 
 
 @pytest.mark.parametrize("value, expected", [("1", True), ("true", True), (" YES ", True), ("0", False), ("", False)])
@@ -46,7 +46,7 @@ def test_without_model_loading_swaps_only_hf_model_sections():
         }
     )
     assert dr.without_model_loading(config) is config
-    assert config.actor_rollout_ref.model._target_ == "troll_verl.dry_run.UnloadedHFModelConfig"
+    assert config.actor_rollout_ref.model._target_ == "troll_verl.tools.dry_run.UnloadedHFModelConfig"
     assert config.critic.model._target_ == "some.other.ModelConfig"
 
 
@@ -156,7 +156,7 @@ def test_the_copies_of_verls_inline_checks_still_match_verls_source():
     one of them this fails, so the copy is revisited instead of drifting."""
     import verl
 
-    from troll_verl.dry_run import VERL_INLINE_CHECKS
+    from troll_verl.tools.dry_run import VERL_INLINE_CHECKS
 
     root = Path(verl.__file__).parent.parent
     for relative, statements in VERL_INLINE_CHECKS.items():
@@ -200,7 +200,7 @@ def test_dry_run_accepts_troll_in_each_colocated_mode(gpu_cluster_env, mode):
 
 @pytest.mark.parametrize("mode", ["troll", "troll_colocate_async"])
 def test_dry_run_accepts_troll_in_bypass_mode(gpu_cluster_env, mode):
-    """The old distribution from the rollout (troll_verl.bypass): verl's bypass mode with TROLL validates."""
+    """The old distribution from the rollout (troll_verl.bypass.mode): verl's bypass mode with TROLL validates."""
     summary = _dry_run(f"trainer.v1.trainer_mode={mode}", "algorithm.rollout_correction.bypass_mode=true")
     assert summary["loss_mode"] == "troll" and summary["warnings"] == []
 

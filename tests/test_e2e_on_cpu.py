@@ -31,8 +31,8 @@ import uuid
 import psutil
 import pytest
 
-from troll_verl.quickstart import REWARD_KEY, read_metrics, run_trainer, tiny_cpu_overrides
-from troll_verl.tiny import build_assets
+from troll_verl.assets.tiny import build_assets
+from troll_verl.tools.quickstart import REWARD_KEY, read_metrics, run_trainer, tiny_cpu_overrides
 
 RUN_TIMEOUT_S = 420
 pytestmark = pytest.mark.slow
@@ -99,11 +99,12 @@ def test_troll_through_verls_own_main_ppo(assets, tmp_path):
 
 @pytest.mark.timeout(RUN_TIMEOUT_S + 60)
 def test_clip_baseline_through_the_quickstart_cli(assets, tmp_path):
-    """``python -m troll_verl.quickstart`` with loss_mode=vanilla: summary.json, the plot, no TROLL metrics."""
+    """``python -m troll_verl.tools.quickstart`` with loss_mode=vanilla: summary.json, the plot, no TROLL metrics."""
     out_dir = tmp_path / "qs"
     env = {**os.environ, "TROLL_VERL_CACHE": os.path.dirname(assets.root), **_TAG}
     proc = subprocess.run(
-        [sys.executable, "-m", "troll_verl.quickstart", "--model", "tiny", "--steps", "2", "--loss-mode", "vanilla",
+        [sys.executable, "-m", "troll_verl.tools.quickstart", "--model", "tiny", "--steps", "2", "--loss-mode",
+         "vanilla",
          "--out-dir", str(out_dir), "--timeout", str(RUN_TIMEOUT_S), "--", "trainer.test_freq=-1"],
         capture_output=True, text=True, env=env, timeout=RUN_TIMEOUT_S + 30,
     )  # fmt: skip
@@ -187,7 +188,7 @@ BYPASS = "algorithm.rollout_correction.bypass_mode=true"
 @pytest.mark.timeout(RUN_TIMEOUT_S + 60)
 @pytest.mark.parametrize("mode", [["trainer.v1.trainer_mode=troll"], COLOCATE_ASYNC], ids=["sync", "colocate_async"])
 def test_troll_in_bypass_mode_takes_the_old_distribution_from_vllm(assets, tmp_path, mode):
-    """bypass_mode=true (troll_verl.bypass): TROLL's old distribution is the vLLM rollout's top-K and the actor's
+    """bypass_mode=true (troll_verl.bypass.mode): TROLL's old distribution is the vLLM rollout's top-K and the actor's
     old-log-prob pass never runs. How that is checked: verl writes ``actor/entropy`` right after that pass, and it is
     absent; TROLL's trainer reports the rollout's tail mass where the pass would be; the update reads the rollout's
     top-K and keeps the bound on every token. In ``sync`` the rollout ran the actor's weights at fp32, so the
@@ -256,7 +257,7 @@ def _wait_until(predicate, timeout_s: float, poll_s: float = 1.0) -> bool:
 
 
 def _quickstart_cmd(assets, out_dir) -> list[str]:
-    return [sys.executable, "-m", "troll_verl.quickstart", "--model", "tiny", "--steps", "200",
+    return [sys.executable, "-m", "troll_verl.tools.quickstart", "--model", "tiny", "--steps", "200",
             "--cache-dir", os.path.dirname(assets.root), "--out-dir", str(out_dir),
             "--", "trainer.test_freq=-1", "trainer.val_before_train=False"]  # fmt: skip
 
@@ -281,7 +282,8 @@ def test_killing_the_quickstart_leaves_no_process(assets, tmp_path, how):
 
 @pytest.mark.timeout(RUN_TIMEOUT_S)
 def test_an_outer_timeout_leaves_no_process(assets, tmp_path):
-    """``timeout 150 python -m troll_verl.quickstart ...``: coreutils' timeout signals the quickstart's process group
+    """``timeout 150 python -m troll_verl.tools.quickstart ...``: coreutils' timeout signals the quickstart's process
+    group
     (SIGTERM) while vLLM runs; nothing of the run survives."""
     env = {**os.environ, **_TAG}
     seen_engine = []

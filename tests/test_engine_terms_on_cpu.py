@@ -14,7 +14,8 @@
 """TROLL's update on verl's real FSDP2 engine (CPU) against the core loss computed directly from full logits.
 
 Each case runs the old-log-prob pass and one update on the engine, and recomputes the same loss from a plain
-``transformers`` forward with :mod:`troll_verl.losses` and verl's ``agg_loss``/``kl_penalty``: the entropy bonus, the
+``transformers`` forward with :mod:`troll_verl.core.losses` and verl's ``agg_loss``/``kl_penalty``: the entropy bonus,
+the
 KL-to-reference term, GSPO's sequence ratio with ``rollout_is_weights``, two data-parallel ranks against one, and a
 bf16-parameter run (bound and finiteness).
 """
@@ -41,10 +42,10 @@ from _verl_engine import (
 from verl.trainer.ppo.core_algos import agg_loss, kl_penalty
 from verl.utils import tensordict_utils as tu
 
-from troll_verl.config import TrollPolicyLossConfig
-from troll_verl.layout import response_rows
-from troll_verl.losses import troll_policy_objective, troll_token_terms
-from troll_verl.sparse import OldTopK, troll_sparse_from_logits
+from troll_verl.core.layout import response_rows
+from troll_verl.core.losses import troll_policy_objective, troll_token_terms
+from troll_verl.core.sparse import OldTopK, troll_sparse_from_logits
+from troll_verl.integration.config import TrollPolicyLossConfig
 
 VOCAB = 128
 PROMPTS, RESPONSES = [3, 5, 2, 4], [4, 2, 5, 3]

@@ -11,7 +11,7 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Tests of troll_verl.fsdp.losses: response-row mapping and Ulysses sequence parallelism on verl's engine."""
+"""Tests of troll_verl.core.fsdp.losses: response-row mapping and Ulysses sequence parallelism on verl's engine."""
 
 import os
 import queue as queue_module
@@ -24,7 +24,7 @@ import torch
 import torch.multiprocessing as mp
 from _verl_engine import free_port, make_batch, tiny_model_dir
 
-from troll_verl.layout import response_lengths, response_rows, response_values
+from troll_verl.core.layout import response_lengths, response_rows, response_values
 
 
 def test_response_rows_nested_and_padded_layouts():

@@ -96,9 +96,9 @@ def test_no_import_cycle_between_the_packages_modules():
 
 def test_backends_are_leaves():
     """fsdp/ and megatron/ import shared pieces by public names from neutral modules, never each other."""
-    for backend in ("troll_verl.fsdp", "troll_verl.megatron"):
-        other = "troll_verl.megatron" if backend == "troll_verl.fsdp" else "troll_verl.fsdp"
-        for path in (PACKAGE / backend.split(".")[1]).rglob("*.py"):
+    for backend in ("troll_verl.core.fsdp", "troll_verl.core.megatron"):
+        other = "troll_verl.core.megatron" if backend == "troll_verl.core.fsdp" else "troll_verl.core.fsdp"
+        for path in PACKAGE.joinpath(*backend.split(".")[1:]).rglob("*.py"):
             source = path.read_text()
             assert not any(m.startswith(other) for m in _imports(path)), path
             for node in ast.walk(ast.parse(source)):

@@ -11,7 +11,7 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""troll_verl.lifetime: tagged process trees and the watchdog that stops them when their launcher dies."""
+"""troll_verl.tools.lifetime: tagged process trees and the watchdog that stops them when their launcher dies."""
 
 import os
 import signal
@@ -22,14 +22,14 @@ import time
 
 import pytest
 
-from troll_verl.lifetime import new_run_tag, stop_tagged, tagged_processes
+from troll_verl.tools.lifetime import new_run_tag, stop_tagged, tagged_processes
 
 # A launcher like the quickstart: a watchdog, then a tagged tree whose grandchild escapes into its own session (as
 # vLLM's EngineCore escapes its Ray actor), then it waits to be killed.
 _LAUNCHER = textwrap.dedent(
     """
     import os, subprocess, sys, time
-    from troll_verl.lifetime import Watchdog, run_env
+    from troll_verl.tools.lifetime import Watchdog, run_env
     tag = sys.argv[1]
     Watchdog(tag).start()
     tree = "import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'], start_new_session=True); time.sleep(600)"
@@ -98,7 +98,7 @@ _PARENT = textwrap.dedent(
 _ORPHANING_LAUNCHER = textwrap.dedent(
     """
     import os, subprocess, sys, time
-    from troll_verl.lifetime import Watchdog, run_env
+    from troll_verl.tools.lifetime import Watchdog, run_env
     tag, parent, retitled = sys.argv[1:4]
     Watchdog(tag).start()
     env = {**os.environ, **run_env(tag)}

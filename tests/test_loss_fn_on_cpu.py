@@ -11,7 +11,8 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Tests of troll_verl.loss_fn's guard rails (the happy paths run on the real engine in test_workers_on_cpu)."""
+"""Tests of troll_verl.integration.loss_fn's guard rails (the happy paths run on the real engine in
+test_workers_on_cpu)."""
 
 import pytest
 import torch
@@ -19,8 +20,8 @@ from _verl_engine import make_batch
 from verl.utils import tensordict_utils as tu
 from verl.workers.config import FSDPActorConfig
 
-from troll_verl.config import TrollPolicyLossConfig
-from troll_verl.loss_fn import TROLL_MODE_KEY, TrollLossFn
+from troll_verl.integration.config import TrollPolicyLossConfig
+from troll_verl.integration.loss_fn import TROLL_MODE_KEY, TrollLossFn
 
 
 def _loss_fn(strategy="fsdp2"):
@@ -89,7 +90,7 @@ def test_mismatch_above_the_bound_warns_once_naming_kl_bound(caplog):
     reported with a warning (once per worker) that names the key to change."""
     from verl.utils.metric import AggregationType, Metric
 
-    import troll_verl.loss_fn as loss_fn_module
+    import troll_verl.integration.loss_fn as loss_fn_module
 
     loss_fn = _loss_fn()
     bound = loss_fn.config.policy_loss.troll.kl_bound

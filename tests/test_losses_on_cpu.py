@@ -11,7 +11,7 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Tests of troll_verl.losses against hand-written formulas (all loss_agg_modes, GSPO, IS weights)."""
+"""Tests of troll_verl.core.losses against hand-written formulas (all loss_agg_modes, GSPO, IS weights)."""
 
 import math
 
@@ -21,9 +21,9 @@ from _reference import dense_project_row
 from verl.utils.metric import AggregationType, Metric
 from verl.workers.config import FSDPActorConfig
 
-from troll_verl.config import TrollPolicyLossConfig
-from troll_verl.losses import LOSS_METRICS, MAX_METRICS, _with_aggregation, compute_policy_loss_troll
-from troll_verl.sparse import old_topk_from_logits, troll_sparse_from_logits
+from troll_verl.core.losses import LOSS_METRICS, MAX_METRICS, _with_aggregation, compute_policy_loss_troll
+from troll_verl.core.sparse import old_topk_from_logits, troll_sparse_from_logits
+from troll_verl.integration.config import TrollPolicyLossConfig
 
 
 def _loss(*args, **kwargs):
@@ -159,7 +159,7 @@ def test_gspo_sequence_ratio():
     torch.testing.assert_close(loss, _hand_agg(-d["adv"] * r, m, "seq-mean-token-mean"), atol=1e-9, rtol=1e-7)
     # gradient: sg(r_i) · ∇ log π(o_t), i.e. the token surrogate weighted by the detached sequence ratio
     (g,) = torch.autograd.grad(loss, d["z"])
-    from troll_verl.projection import project
+    from troll_verl.core.projection import project
 
     sup2 = d["support"]()
     pl = project(sup2.new_logprobs, sup2.old_logprobs, 0.05, mask=sup2.mask & m[..., None]).logprobs

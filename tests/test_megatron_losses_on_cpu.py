@@ -11,7 +11,7 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Tests of troll_verl.megatron.losses: 2 ranks (gloo) equal 1 rank, for tensor and context parallelism.
+"""Tests of troll_verl.core.megatron.losses: 2 ranks (gloo) equal 1 rank, for tensor and context parallelism.
 
 The vocab-parallel primitives run on plain torch.distributed groups; the engine-facing functions run on
 megatron-core's parallel_state (megatron-core installs with the CPU torch) and verl's own CP splitting.
@@ -37,7 +37,7 @@ def _inputs(seed=0):
 
 
 def _single_rank():
-    from troll_verl.sparse import old_topk_from_logits, troll_sparse_from_logits
+    from troll_verl.core.sparse import old_topk_from_logits, troll_sparse_from_logits
 
     z_old, z, sampled, old_sampled, rows, probe = _inputs()
     old = old_topk_from_logits(z_old, topk=K, mass_delta=DELTA, value_dtype=torch.float64)
@@ -52,7 +52,7 @@ def _single_rank():
 def _tp_rank(rank, world):
     import torch.distributed as dist
 
-    from troll_verl.megatron.losses import vocab_parallel_old_topk, vocab_parallel_sparse_from_logits
+    from troll_verl.core.megatron.losses import vocab_parallel_old_topk, vocab_parallel_sparse_from_logits
 
     group = dist.new_group(list(range(world)))
     z_old, z, sampled, old_sampled, rows, probe = _inputs()
@@ -94,7 +94,7 @@ def _batch_and_logits():
     from _verl_engine import make_batch
     from verl.utils import tensordict_utils as tu
 
-    from troll_verl.layout import response_rows
+    from troll_verl.core.layout import response_rows
 
     batch = make_batch(V, PROMPTS, RESPONSES, seed=3)
     nnz = int(batch["input_ids"].offsets()[-1])
@@ -110,17 +110,17 @@ def _batch_and_logits():
 
 
 def _settings():
-    from troll_verl.config import TrollPolicyLossConfig
+    from troll_verl.integration.config import TrollPolicyLossConfig
 
     return TrollPolicyLossConfig(topk=K, mass_delta=DELTA, kl_bound=0.01)
 
 
 def _fsdp_reference():
-    from troll_verl.fsdp import losses as fsdp
+    from troll_verl.core.fsdp import losses as fsdp
 
     batch, logits_old, logits = _batch_and_logits()
     cfg = _settings()
-    from troll_verl.layout import response_rows
+    from troll_verl.core.layout import response_rows
 
     # per-row old top-K → response-aligned, as verl stores it
     old = {k: v[0][response_rows(batch)] for k, v in fsdp.compute_troll_old_topk(logits_old[None], batch, cfg).items()}
@@ -136,8 +136,8 @@ def _fsdp_reference():
 def _megatron_rank(rank, world, tp, cp):
     from megatron.core import parallel_state as mpu
 
-    from troll_verl.layout import response_rows
-    from troll_verl.megatron import losses as mega
+    from troll_verl.core.layout import response_rows
+    from troll_verl.core.megatron import losses as mega
 
     mpu.initialize_model_parallel(tensor_model_parallel_size=tp, context_parallel_size=cp)
     old_ref, _, batch = _fsdp_reference()

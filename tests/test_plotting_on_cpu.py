@@ -11,7 +11,7 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Log readers and plots (:mod:`troll_verl.plotting`, ``scripts/plot_runs.py``) on real runs of verl's trainer.
+"""Log readers and plots (:mod:`troll_verl.tools.plotting`, ``scripts/plot_runs.py``) on real runs of verl's trainer.
 
 The fixtures in ``tests/fixtures/runs/`` are the first 12 steps of a TROLL and a clip run of
 ``scripts/bench_learning.py`` (see the README there): verl's console output as the run printed it (Ray prefixes,
@@ -30,8 +30,8 @@ import sys
 import numpy as np
 import pytest
 
-from troll_verl import plotting
-from troll_verl.plotting import (
+from troll_verl.tools import plotting
+from troll_verl.tools.plotting import (
     PANELS,
     REWARD_KEY,
     LogFormatError,
@@ -296,7 +296,7 @@ def test_cli_metrics_labels_and_usage_errors(tmp_path, capsys):
 
 def test_write_plots_and_quickstart_api(tmp_path):
     """The quickstart keeps its names: plot_runs(label → rows, path, title=...) and read_metrics(path)."""
-    from troll_verl import quickstart
+    from troll_verl.tools import quickstart
 
     for name in ("REWARD_KEY", "VAL_KEY", "read_metrics", "run_trainer", "tiny_cpu_overrides", "plot_runs"):
         assert hasattr(quickstart, name), name

@@ -11,7 +11,7 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Tests of troll_verl.plugin: entry point, import hooks, version guard, collisions, CPU-platform gating.
+"""Tests of troll_verl.integration.plugin: entry point, import hooks, version guard, collisions, CPU-platform gating.
 
 verl swallows plugin import errors at DEBUG level, so each behaviour is checked in a fresh interpreter.
 """
@@ -48,7 +48,7 @@ def test_import_verl_alone_registers_loss_and_trainer():
             """
         )
     )
-    assert out.split() == ["troll_verl.plugin", "TrollTrainer"]
+    assert out.split() == ["troll_verl.integration.plugin", "TrollTrainer"]
 
 
 def test_import_verl_stays_cheap():
@@ -57,9 +57,9 @@ def test_import_verl_stays_cheap():
         _run(
             """
             import sys, verl
-            heavy = ["verl.trainer.ppo.v1.trainer_base", "verl.trainer.ppo.core_algos", "troll_verl.losses",
-                     "troll_verl.trainer", "troll_verl.platform.vllm_cpu", "vllm"]
-            print([m for m in heavy if m in sys.modules], "troll_verl.plugin" in sys.modules)
+            heavy = ["verl.trainer.ppo.v1.trainer_base", "verl.trainer.ppo.core_algos", "troll_verl.core.losses",
+                     "troll_verl.integration.trainer", "troll_verl.platform.vllm_cpu", "vllm"]
+            print([m for m in heavy if m in sys.modules], "troll_verl.integration.plugin" in sys.modules)
             """
         )
     )
@@ -67,7 +67,7 @@ def test_import_verl_stays_cheap():
 
 
 def test_external_modules_alternative():
-    """VERL_USE_EXTERNAL_MODULES=troll_verl.plugin works with entry-point discovery switched off."""
+    """VERL_USE_EXTERNAL_MODULES=troll_verl.integration.plugin works with entry-point discovery switched off."""
     out = _ok(
         _run(
             """
@@ -76,7 +76,7 @@ def test_external_modules_alternative():
             print(get_policy_loss_fn("troll").__name__)
             """,
             VERL_USE_EXTERNAL_PLUGINS="none",
-            VERL_USE_EXTERNAL_MODULES="troll_verl.plugin",
+            VERL_USE_EXTERNAL_MODULES="troll_verl.integration.plugin",
         )
     )
     assert out.strip() == "troll_policy_loss"
@@ -94,14 +94,14 @@ def test_external_modules_alternative():
 def test_registered_loss_called_by_plain_ppo_loss_names_the_fix():
     from verl.trainer.ppo.core_algos import get_policy_loss_fn
 
-    import troll_verl.plugin  # noqa: F401
+    import troll_verl.integration.plugin  # noqa: F401
 
     with pytest.raises(ValueError, match="trainer.v1.trainer_mode=troll"):
         get_policy_loss_fn("troll")(None, None, None, None, config=object())
 
 
 def test_version_guard_names_the_range():
-    from troll_verl.plugin import VerlVersionError, check_verl_version
+    from troll_verl.integration.plugin import VerlVersionError, check_verl_version
 
     assert check_verl_version("0.9.1") == "0.9.1"
     for bad in ("0.8.2", "0.10.0", "1.0.0"):
@@ -110,12 +110,12 @@ def test_version_guard_names_the_range():
 
 
 def test_untested_verl_is_an_explicit_loud_opt_in(monkeypatch, caplog):
-    from troll_verl.plugin import ALLOW_UNTESTED_VERL_ENV, VerlVersionError, check_verl_version
+    from troll_verl.integration.plugin import ALLOW_UNTESTED_VERL_ENV, VerlVersionError, check_verl_version
 
     with pytest.raises(VerlVersionError, match=ALLOW_UNTESTED_VERL_ENV + "=1"):
         check_verl_version("0.10.0.dev0")
     monkeypatch.setenv(ALLOW_UNTESTED_VERL_ENV, "1")
-    with caplog.at_level("WARNING", logger="troll_verl.plugin"):
+    with caplog.at_level("WARNING", logger="troll_verl.integration.plugin"):
         assert check_verl_version("0.10.0.dev0") == "0.10.0.dev0"
     assert "UNTESTED verl 0.10.0.dev0" in caplog.text
     monkeypatch.setenv(ALLOW_UNTESTED_VERL_ENV, "yes")  # only "1" opts in
@@ -128,7 +128,7 @@ def test_policy_loss_name_collision_is_refused():
         """
         from verl.trainer.ppo import core_algos
         core_algos.register_policy_loss("troll")(lambda *a, **k: None)
-        import troll_verl.plugin as p
+        import troll_verl.integration.plugin as p
         p._register_policy_loss(core_algos)
         """
     )
@@ -139,7 +139,7 @@ def test_trainer_name_collision_is_refused():
     out = _run(
         """
         from verl.trainer.ppo.v1.trainer_base import TRAINER_REGISTRY, PPOTrainer
-        import troll_verl.trainer as t
+        import troll_verl.integration.trainer as t
         class Other(PPOTrainer):
             pass
         TRAINER_REGISTRY["troll"] = Other
@@ -189,8 +189,8 @@ def test_detach_cpu_copy_breaks_the_alias_that_cpu_makes():
 def test_the_detach_worker_finds_a_saved_state_that_aliases_its_parameters():
     import torch
 
+    from troll_verl.integration.workers import _aliases_parameters
     from troll_verl.platform.cpu import detach_cpu_copy
-    from troll_verl.workers import _aliases_parameters
 
     module = torch.nn.Linear(3, 2)
     saved = ({name: (p.detach().cpu(), None) for name, p in module.named_parameters()}, None)

@@ -11,7 +11,7 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Tests of troll_verl.projection: exactness, gradients, properties and argument checks."""
+"""Tests of troll_verl.core.projection: exactness, gradients, properties and argument checks."""
 
 import math
 
@@ -19,7 +19,7 @@ import pytest
 import torch
 from _reference import adversarial_rows, dense_project_row, kl
 
-from troll_verl.projection import project
+from troll_verl.core.projection import project
 
 EPS = 0.05
 

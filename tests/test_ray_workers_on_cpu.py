@@ -26,8 +26,8 @@ from _verl_engine import compose_config, make_batch, tiny_model_dir, update_batc
 from verl.single_controller.ray import RayClassWithInitArgs, RayResourcePool, RayWorkerGroup
 from verl.utils import tensordict_utils as tu
 
-from troll_verl.lifetime import RUN_TAG_ENV, Watchdog, new_run_tag
-from troll_verl.workers import TrollActorRolloutRefWorker
+from troll_verl.integration.workers import TrollActorRolloutRefWorker
+from troll_verl.tools.lifetime import RUN_TAG_ENV, Watchdog, new_run_tag
 
 pytestmark = pytest.mark.slow  # starts Ray
 
@@ -83,8 +83,8 @@ def test_separate_async_old_topk_comes_from_pi_old(ray_cpu, tmp_path, monkeypatc
     from omegaconf import OmegaConf
     from verl.trainer.ppo.v1.trainer_base import PPOTrainer
 
-    from troll_verl.trainer import TrollTrainerSeparateAsync
-    from troll_verl.workers import TROLL_OLD_PASS_KEY, TrollDetachActorWorker
+    from troll_verl.integration.trainer import TrollTrainerSeparateAsync
+    from troll_verl.integration.workers import TROLL_OLD_PASS_KEY, TrollDetachActorWorker
 
     model_dir = tiny_model_dir(str(tmp_path / "model"))
     cfg = compose_config(model_dir)

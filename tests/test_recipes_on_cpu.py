@@ -15,7 +15,7 @@
 
 The scripts run as subprocesses with ``DRY_RUN=1`` and ``PYTHON`` set to this interpreter. Importing verl costs
 several seconds per process, so most cells are recorded (``DRY_RUN_RECORD``, bash only) and checked in one Python
-process (``python -m troll_verl.dry_run``, as ``sweep.sh`` does): the 32 cells of the small-model script through
+process (``python -m troll_verl.tools.dry_run``, as ``sweep.sh`` does): the 32 cells of the small-model script through
 ``sweep.sh``, and a subset of each 8B script (all variants and loss modes on one dataset, plus knob variations) in a
 second batch. One cell runs the unbatched path (``TROLL_DRY_RUN=1 python -m troll_verl.main``) end to end.
 
@@ -473,7 +473,7 @@ def big_scripts(workdir, data_dir) -> tuple[subprocess.CompletedProcess, dict[st
         assert proc.returncode == 0, _tail(proc)
     (records / "zz-not-a-command.cmd").write_bytes(b"-c\0print('hello')\0")
     files = sorted(map(str, records.glob("*.cmd")))
-    proc = _run([sys.executable, "-m", "troll_verl.dry_run", *files], _env(data_dir), workdir)
+    proc = _run([sys.executable, "-m", "troll_verl.tools.dry_run", *files], _env(data_dir), workdir)
     return proc, _summaries(proc.stdout), records
 
 

@@ -11,7 +11,7 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Tests of troll_verl.rewards: extraction, math-verify under a time limit, limited code execution, Sandbox
+"""Tests of troll_verl.recipes.rewards: extraction, math-verify under a time limit, limited code execution, Sandbox
 Fusion through verl's client against a fake server, and the function loaded and run by verl's reward machinery."""
 
 from __future__ import annotations
@@ -32,9 +32,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import numpy as np
 import pytest
 
-from troll_verl.rewards import RESULT_KEYS, Reason, compute_score, gsm8k
-from troll_verl.rewards import code as code_reward
-from troll_verl.rewards import math as math_reward
+from troll_verl.recipes.rewards import RESULT_KEYS, Reason, compute_score, gsm8k
+from troll_verl.recipes.rewards import code as code_reward
+from troll_verl.recipes.rewards import math as math_reward
 
 # Tight limits so the whole file stays fast; generous slack for a loaded 2-core machine.
 FAST = {"code_timeout_s": 1, "code_total_timeout_s": 10, "memory_limit_mb": 256}
@@ -520,7 +520,7 @@ def _config(**reward_kwargs):
         {
             "reward": {
                 "custom_reward_function": {
-                    "path": "pkg://troll_verl.rewards",
+                    "path": "pkg://troll_verl.recipes.rewards",
                     "name": "compute_score",
                     "reward_kwargs": reward_kwargs,
                 },

@@ -11,7 +11,7 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Malicious programs against the local code scorer's bubblewrap sandbox (troll_verl.rewards.sandbox).
+"""Malicious programs against the local code scorer's bubblewrap sandbox (troll_verl.recipes.rewards.sandbox).
 
 Each program attacks and prints the right answer only if the attack got through, or not at all; each must score 0
 with a reason, and nothing it did may survive or leak. These tests require bubblewrap (``scripts/_venv.sh``
@@ -30,7 +30,7 @@ import uuid
 import psutil
 import pytest
 
-from troll_verl.rewards import Reason, compute_score, sandbox
+from troll_verl.recipes.rewards import Reason, compute_score, sandbox
 
 STDIN_TESTS = json.dumps({"inputs": ["1 2\n", "3 4\n", "10 -2\n"], "outputs": ["3\n", "7\n", "8\n"]})
 LIMITS = {"code_timeout_s": 2, "code_total_timeout_s": 15, "memory_limit_mb": 512}

@@ -11,7 +11,7 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""troll_verl.rollout_topk: the engine's top-K turned into the old pass's stored top-K, and aligned with verl's
+"""troll_verl.bypass.rollout_topk: the engine's top-K turned into the old pass's stored top-K, and aligned with verl's
 responses (misaligned, truncated, empty and padding samples)."""
 
 from __future__ import annotations
@@ -24,14 +24,14 @@ import pytest
 import torch
 from _vllm_topk import flat_logprobs
 
-from troll_verl.rollout_topk import (
+from troll_verl.bypass.rollout_topk import (
     RolloutTopKError,
     align_rollout_topk,
     old_topk_from_rollout,
     point_mass_rows,
     topk_arrays_from_logprobs,
 )
-from troll_verl.sparse import old_topk_from_logits
+from troll_verl.core.sparse import old_topk_from_logits
 
 
 def _engine_topk(logits: torch.Tensor, k: int, shuffle: bool = False):

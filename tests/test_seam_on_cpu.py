@@ -27,9 +27,9 @@ from verl.utils import tensordict_utils as tu
 from verl.utils.metric import AggregationType, Metric
 from verl.workers.config import FSDPActorConfig
 
-from troll_verl.config import TrollPolicyLossConfig
-from troll_verl.losses import compute_policy_loss_troll
-from troll_verl.sparse import old_topk_from_logits, troll_sparse_from_logits
+from troll_verl.core.losses import compute_policy_loss_troll
+from troll_verl.core.sparse import old_topk_from_logits, troll_sparse_from_logits
+from troll_verl.integration.config import TrollPolicyLossConfig
 
 pytestmark = pytest.mark.skipif(not hasattr(core_algos, "PolicyLossSpec"), reason="verl without the logits seam")
 

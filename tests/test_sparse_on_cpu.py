@@ -11,7 +11,7 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Tests of troll_verl.sparse: support rule, union, tail bucket, gradients and the memory contract."""
+"""Tests of troll_verl.core.sparse: support rule, union, tail bucket, gradients and the memory contract."""
 
 import math
 
@@ -19,8 +19,8 @@ import pytest
 import torch
 from _reference import brute_support
 
-from troll_verl.projection import project
-from troll_verl.sparse import (
+from troll_verl.core.projection import project
+from troll_verl.core.sparse import (
     OldTopK,
     mass_rule_mask,
     old_topk_from_logits,

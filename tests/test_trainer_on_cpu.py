@@ -11,7 +11,7 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Tests of troll_verl.trainer: refusals (each message checked), pass flags, worker classes, config path."""
+"""Tests of troll_verl.integration.trainer: refusals (each message checked), pass flags, worker classes, config path."""
 
 from types import SimpleNamespace
 
@@ -26,9 +26,14 @@ from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from verl.utils.config import omega_conf_to_dataclass
 from verl.workers.engine_workers import ActorRolloutRefWorker, TrainingWorker
 
-from troll_verl.config import TrollPolicyLossConfig, validate_troll_config
-from troll_verl.trainer import TROLL_TRAINERS, TrollTrainer, TrollTrainerColocateAsync, TrollTrainerSeparateAsync
-from troll_verl.workers import (
+from troll_verl.integration.config import TrollPolicyLossConfig, validate_troll_config
+from troll_verl.integration.trainer import (
+    TROLL_TRAINERS,
+    TrollTrainer,
+    TrollTrainerColocateAsync,
+    TrollTrainerSeparateAsync,
+)
+from troll_verl.integration.workers import (
     TROLL_OLD_PASS_KEY,
     TROLL_UPDATE_KEY,
     TrollActorRolloutRefWorker,
@@ -70,7 +75,7 @@ def test_refusals_name_the_setting(override, match):
 )
 def test_plain_verl_mode_is_refused_naming_the_troll_mode(mode, match):
     """On stock verl a plain mode would run TROLL without its pass flags; with the seam, verl's trainers tag them."""
-    from troll_verl.seam import seam_available
+    from troll_verl.integration.seam import seam_available
 
     config = compose_config("/nonexistent", f"trainer.v1.trainer_mode={mode}")
     if seam_available():

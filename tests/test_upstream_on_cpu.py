@@ -41,25 +41,25 @@ def test_every_mapped_source_exists_and_rewrites_to_verl_names():
         text = make_patches.rewrite(source, (ROOT / source).read_text())
         assert "troll_verl" not in text.replace(make_patches.COPYRIGHT, "")
         ast.parse(text)
-    losses = make_patches.rewrite("troll_verl/losses.py", (ROOT / "troll_verl/losses.py").read_text())
+    losses = make_patches.rewrite("troll_verl/core/losses.py", (ROOT / "troll_verl/core/losses.py").read_text())
     assert '@register_policy_loss("troll", spec=PolicyLossSpec(**TROLL_SPEC_FIELDS))' in losses
-    config = make_patches.rewrite("troll_verl/settings.py", (ROOT / "troll_verl/settings.py").read_text())
+    config = make_patches.rewrite("troll_verl/core/config.py", (ROOT / "troll_verl/core/config.py").read_text())
     assert "from verl.trainer.troll.sparse import OLD_ESTIMATES" in config
 
 
 def test_a_rule_that_stops_matching_stops_generation():
-    text = (ROOT / "troll_verl/losses.py").read_text().replace("def compute_policy_loss_troll(", "def renamed(")
-    with pytest.raises(make_patches.GenerationError, match="no longer matches troll_verl/losses.py"):
-        make_patches.rewrite("troll_verl/losses.py", text)
-    text = (ROOT / "troll_verl/terms.py").read_text() + "\n# see troll_verl.config for the flat keys\n"
+    text = (ROOT / "troll_verl/core/losses.py").read_text().replace("def compute_policy_loss_troll(", "def renamed(")
+    with pytest.raises(make_patches.GenerationError, match="no longer matches troll_verl/core/losses.py"):
+        make_patches.rewrite("troll_verl/core/losses.py", text)
+    text = (ROOT / "troll_verl/core/terms.py").read_text() + "\n# see troll_verl.integration.config for the flat keys\n"
     with pytest.raises(make_patches.GenerationError, match="still names the package"):
-        make_patches.rewrite("troll_verl/terms.py", text)
+        make_patches.rewrite("troll_verl/core/terms.py", text)
 
 
 def test_config_doc_and_yaml_cover_every_troll_setting():
     from dataclasses import fields
 
-    from troll_verl.settings import TrollConfig
+    from troll_verl.core.config import TrollConfig
 
     names = [f.name for f in fields(TrollConfig) if f.name != "_target_"]
     doc = make_patches.config_doc()
@@ -219,7 +219,7 @@ def test_upstream_check_passes():
     without troll-verl, every existing loss is unchanged bit for bit, and troll-verl runs through the seam.
 
     Its processes carry a run tag and a watchdog stops them however this test ends (timeout, kill)."""
-    from troll_verl.lifetime import Watchdog, new_run_tag, run_env, tagged_processes
+    from troll_verl.tools.lifetime import Watchdog, new_run_tag, run_env, tagged_processes
 
     tag = new_run_tag()
     with Watchdog(tag):

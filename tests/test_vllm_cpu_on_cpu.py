@@ -79,7 +79,7 @@ def test_another_plugins_vllm_replica_is_not_overwritten():
         """
         from verl.workers.rollout import replica
         replica.RolloutReplicaRegistry.register("vllm", lambda: None)
-        import troll_verl.plugin as p
+        import troll_verl.integration.plugin as p
         p._register_cpu_vllm_replica(replica)
         """,
         VERL_PLATFORM="cpu",

@@ -26,10 +26,10 @@ from _reference import brute_support
 from _verl_engine import compose_config, make_actor_worker, make_batch, old_pass, tiny_model_dir, update_batch
 from verl.utils import tensordict_utils as tu
 
-from troll_verl.config import TrollPolicyLossConfig
-from troll_verl.layout import response_rows
-from troll_verl.losses import troll_policy_objective, troll_token_terms
-from troll_verl.sparse import OldTopK, troll_sparse_from_logits
+from troll_verl.core.layout import response_rows
+from troll_verl.core.losses import troll_policy_objective, troll_token_terms
+from troll_verl.core.sparse import OldTopK, troll_sparse_from_logits
+from troll_verl.integration.config import TrollPolicyLossConfig
 
 VOCAB = 128
 PROMPTS, RESPONSES = [3, 5, 2, 4], [4, 2, 5, 3]

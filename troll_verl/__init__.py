@@ -14,9 +14,9 @@
 """troll-verl: TROLL for verl, from "Trust Regions improve Reinforcement Learning for Large Language Models"
 (Becker et al., arXiv:2510.03817, ICLR 2026); TROLL stands for Trust Region Optimization for Large Language Models.
 
-The numerical core is verl-free and cheap to import: :mod:`troll_verl.projection` (the exact per-token KL
-projection) and :mod:`troll_verl.sparse` (sparse top-K supports computed lean from logits).
-:mod:`troll_verl.losses` holds the policy loss on top of verl's ``agg_loss``.
+The numerical core is verl-free and cheap to import: :mod:`troll_verl.core.projection` (the exact per-token KL
+projection) and :mod:`troll_verl.core.sparse` (sparse top-K supports computed lean from logits).
+:mod:`troll_verl.core.losses` holds the policy loss on top of verl's ``agg_loss``.
 """
 
 __version__ = "0.1.0.dev0"

@@ -17,7 +17,7 @@ The config is ``troll_verl/config/troll_trainer.yaml`` (``defaults: [ppo_trainer
 ``loss_mode=troll``, TROLL's settings dataclass and TROLL's trainer. Any verl override works as with
 ``python -m verl.trainer.main_ppo``; ``actor_rollout_ref.actor.policy_loss.loss_mode=vanilla`` runs the clip
 baseline through the same trainer. Reuses verl's ``run_ppo`` and ``TaskRunnerV1`` unchanged.
-``TROLL_DRY_RUN=1`` validates and summarises a run without starting it (:mod:`troll_verl.dry_run`).
+``TROLL_DRY_RUN=1`` validates and summarises a run without starting it (:mod:`troll_verl.tools.dry_run`).
 """
 
 from __future__ import annotations
@@ -37,9 +37,9 @@ def prepare(config: DictConfig) -> DictConfig:
     from verl.utils.config import validate_config
     from verl.utils.device import auto_set_device
 
-    from .config import troll_loss_enabled, validate_troll_config
-    from .platform.resources import apply_ray_resources, check_cpu_settings
-    from .plugin import check_verl_version, register
+    from troll_verl.integration.config import troll_loss_enabled, validate_troll_config
+    from troll_verl.integration.plugin import check_verl_version, register
+    from troll_verl.platform.resources import apply_ray_resources, check_cpu_settings
 
     check_verl_version()
     register()
@@ -57,12 +57,12 @@ def main(config: DictConfig) -> None:
     """Run verl's PPO trainer with TROLL (see the module docstring).
 
     With ``TROLL_DRY_RUN=1`` in the environment: validate and summarise the run without starting it (no Ray, no
-    model or data loading; see :mod:`troll_verl.dry_run`), then return.
+    model or data loading; see :mod:`troll_verl.tools.dry_run`), then return.
     """
-    from .dry_run import dry_run_requested
+    from troll_verl.tools.dry_run import dry_run_requested
 
     if dry_run_requested():
-        from .dry_run import dry_run, without_model_loading
+        from troll_verl.tools.dry_run import dry_run, without_model_loading
 
         dry_run(prepare(without_model_loading(config)))
         return

@@ -209,7 +209,7 @@ SEAM_TESTS=(tests/test_seam_on_cpu.py tests/test_engine_terms_on_cpu.py tests/te
             tests/test_fsdp_losses_on_cpu.py tests/test_plugin_on_cpu.py tests/test_trainer_on_cpu.py)
 stage "troll-verl's engine tests on verl + PR 1 (the plugin registers TROLL through the seam)"
 seam_log="$WORK/seam-tests.log"
-if PYTHONPATH="$PR1_TREE" "$MAIN_PY" -c "from troll_verl.seam import seam_available; import troll_verl.plugin; \
+if PYTHONPATH="$PR1_TREE" "$MAIN_PY" -c "from troll_verl.integration.seam import seam_available; import troll_verl.integration.plugin; \
 from verl.trainer.ppo import core_algos; assert seam_available() and core_algos.get_policy_loss_spec('troll').needs_logits" \
     && PYTHONPATH="$PR1_TREE" "$MAIN_PY" -m pytest -q -p no:cacheprovider -W ignore -rs "${SEAM_TESTS[@]}" >"$seam_log" 2>&1; then
     tail -1 "$seam_log"

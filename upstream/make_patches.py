@@ -61,16 +61,16 @@ GIT_ENV = {
 
 # package module -> path in verl's tree (PR 2)
 MODULES = {
-    "troll_verl/projection.py": "verl/trainer/troll/projection.py",
-    "troll_verl/sparse.py": "verl/trainer/troll/sparse.py",
-    "troll_verl/layout.py": "verl/trainer/troll/layout.py",
-    "troll_verl/terms.py": "verl/trainer/troll/terms.py",
-    "troll_verl/losses.py": "verl/trainer/troll/losses.py",
-    "troll_verl/fsdp/__init__.py": "verl/trainer/troll/fsdp/__init__.py",
-    "troll_verl/fsdp/losses.py": "verl/trainer/troll/fsdp/losses.py",
-    "troll_verl/megatron/__init__.py": "verl/trainer/troll/megatron/__init__.py",
-    "troll_verl/megatron/losses.py": "verl/trainer/troll/megatron/losses.py",
-    "troll_verl/settings.py": "verl/workers/config/troll.py",
+    "troll_verl/core/projection.py": "verl/trainer/troll/projection.py",
+    "troll_verl/core/sparse.py": "verl/trainer/troll/sparse.py",
+    "troll_verl/core/layout.py": "verl/trainer/troll/layout.py",
+    "troll_verl/core/terms.py": "verl/trainer/troll/terms.py",
+    "troll_verl/core/losses.py": "verl/trainer/troll/losses.py",
+    "troll_verl/core/fsdp/__init__.py": "verl/trainer/troll/fsdp/__init__.py",
+    "troll_verl/core/fsdp/losses.py": "verl/trainer/troll/fsdp/losses.py",
+    "troll_verl/core/megatron/__init__.py": "verl/trainer/troll/megatron/__init__.py",
+    "troll_verl/core/megatron/losses.py": "verl/trainer/troll/megatron/losses.py",
+    "troll_verl/core/config.py": "verl/workers/config/troll.py",
 }
 # package test -> path in verl's tree (PR 2); tests/_reference.py is their shared brute-force reference
 TESTS = {
@@ -81,15 +81,15 @@ TESTS = {
     "tests/test_seam_on_cpu.py": "tests/trainer/ppo/test_troll_ppo_loss_on_cpu.py",
 }
 _SUBMODULES = "projection|sparse|layout|terms|losses|fsdp|megatron"
-_USES_SETTINGS = ("troll_verl/terms.py", "troll_verl/fsdp/losses.py", "troll_verl/megatron/losses.py")
+_USES_SETTINGS = ("troll_verl/core/terms.py", "troll_verl/core/fsdp/losses.py", "troll_verl/core/megatron/losses.py")
 _USES_CONFIG = ("tests/test_losses_on_cpu.py", "tests/test_seam_on_cpu.py")
 # (pattern, replacement, the sources it must match in); regular expressions, applied to every generated file in order
 REWRITES = [
-    (r"from \.{1,2}settings import", "from verl.workers.config.troll import", _USES_SETTINGS),
+    (r"from \.{1,2}config import", "from verl.workers.config.troll import", _USES_SETTINGS),
     (r"from \.sparse import OLD_ESTIMATES", "from verl.trainer.troll.sparse import OLD_ESTIMATES",
-     ("troll_verl/settings.py",)),
-    (rf"\btroll_verl\.({_SUBMODULES})\b", r"verl.trainer.troll.\1", ()),
-    (r"\btroll_verl\.settings\b", "verl.workers.config.troll", ()),
+     ("troll_verl/core/config.py",)),
+    (rf"\btroll_verl\.core\.({_SUBMODULES})\b", r"verl.trainer.troll.\1", ()),
+    (r"\btroll_verl\.core\.config\b", "verl.workers.config.troll", ()),
     (r"from _reference import", "from tests.trainer.ppo._troll_reference import",
      ("tests/test_projection_on_cpu.py", "tests/test_sparse_on_cpu.py", "tests/test_losses_on_cpu.py")),
     (r"sharing no code with troll_verl", "sharing no code with verl.trainer.troll", ("tests/_reference.py",)),
@@ -105,10 +105,10 @@ REWRITES = [
     # loss "troll" registers itself with verl, its hooks in its PolicyLossSpec
     (r"from verl\.trainer\.ppo\.core_algos import agg_loss\n",
      "from verl.trainer.ppo.core_algos import PolicyLossSpec, agg_loss, register_policy_loss\n",
-     ("troll_verl/losses.py",)),
+     ("troll_verl/core/losses.py",)),
     (r"\ndef compute_policy_loss_troll\(",
      '\n@register_policy_loss("troll", spec=PolicyLossSpec(**TROLL_SPEC_FIELDS))\ndef compute_policy_loss_troll(',
-     ("troll_verl/losses.py",)),
+     ("troll_verl/core/losses.py",)),
 ]  # fmt: skip
 # the one line where the package's name may remain in generated files
 COPYRIGHT = "# Copyright 2026 The troll-verl authors"
@@ -223,7 +223,7 @@ def config_doc() -> str:
     """One ``### `troll.<key>` (type)`` section per field of ``TrollConfig``: its default and its docstring entry."""
     import ast
 
-    source = (ROOT / "troll_verl/settings.py").read_text()
+    source = (ROOT / "troll_verl/core/config.py").read_text()
     cls = next(n for n in ast.parse(source).body if isinstance(n, ast.ClassDef) and n.name == "TrollConfig")
     args = ast.get_docstring(cls).split("Args:", 1)[1]
     described = dict(re.findall(r"^\s{4}(\w+) \([^)]*\): (.+?)(?=^\s{4}\w+ \(|\Z)", args, re.M | re.S))

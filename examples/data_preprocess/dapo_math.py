@@ -30,8 +30,8 @@ from __future__ import annotations
 
 import sys
 
-from troll_verl.data.common import base_parser, convert_and_write, input_files, load_records
-from troll_verl.data.dapo_math import (
+from troll_verl.recipes.data.common import base_parser, convert_and_write, input_files, load_records
+from troll_verl.recipes.data.dapo_math import (
     HF_SPLIT,
     HF_TRAIN_PATH,
     HF_VAL_PATH,

@@ -34,8 +34,8 @@ from __future__ import annotations
 
 import sys
 
-from troll_verl.data.common import base_parser, convert_and_write, input_files, load_records
-from troll_verl.data.eurus2 import HF_PATH, HF_SPLITS, SUBSETS, build_eurus2_split
+from troll_verl.recipes.data.common import base_parser, convert_and_write, input_files, load_records
+from troll_verl.recipes.data.eurus2 import HF_PATH, HF_SPLITS, SUBSETS, build_eurus2_split
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -27,8 +27,8 @@ from __future__ import annotations
 
 import sys
 
-from troll_verl.data.common import base_parser, convert_and_write, input_files, load_records
-from troll_verl.data.gsm8k import HF_NAME, HF_PATH, HF_SPLITS, build_gsm8k_split
+from troll_verl.recipes.data.common import base_parser, convert_and_write, input_files, load_records
+from troll_verl.recipes.data.gsm8k import HF_NAME, HF_PATH, HF_SPLITS, build_gsm8k_split
 
 
 def main(argv: list[str] | None = None) -> int:

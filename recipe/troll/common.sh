@@ -57,7 +57,7 @@ EXPERIMENT=${EXPERIMENT:-}
 # 1 = dry run: the same command with TROLL_DRY_RUN=1, which composes and validates the config and prints a summary
 # without starting Ray or loading the model or data (no GPU needed).
 DRY_RUN=${DRY_RUN:-0}
-# With DRY_RUN=1: write the launch command to this file instead of running it, for `python -m troll_verl.dry_run
+# With DRY_RUN=1: write the launch command to this file instead of running it, for `python -m troll_verl.tools.dry_run
 # FILE...`, which validates many recorded commands in one Python process (sweep.sh does this); empty = run it.
 DRY_RUN_RECORD=${DRY_RUN_RECORD:-}
 # Interpreter with troll-verl installed; may carry arguments (e.g. "uv run python").

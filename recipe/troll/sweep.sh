@@ -21,7 +21,7 @@
 # cell's run name comes from the cell).
 #
 # DRY_RUN=1 validates the grid without a GPU: every cell's script records its command (DRY_RUN_RECORD) and one
-# Python process checks them all (`python -m troll_verl.dry_run`), 1-2 s a cell after verl's import on 2 CPU cores;
+# Python process checks them all (`python -m troll_verl.tools.dry_run`), 1-2 s a cell after verl's import on 2 CPU cores;
 # DRY_RUN_BATCH=0 instead runs each cell's dry run as its own process.
 #
 # Exit status: 0 when every cell succeeded, 1 when any failed, 2 for a bad knob (nothing was run).
@@ -127,8 +127,8 @@ if ((batch)) && ((${#records[@]})); then
     ((${#launch[@]})) || _sweep_die "PYTHON is empty"
     dry_run_flags=()
     if [[ "${ON_FAILURE}" == stop ]]; then dry_run_flags=(--stop-on-failure); fi
-    echo "[sweep] checking ${#records[@]} recorded commands in one process: python -m troll_verl.dry_run"
-    "${launch[@]}" -m troll_verl.dry_run "${dry_run_flags[@]}" "${records[@]}" || dry_run_status=$?
+    echo "[sweep] checking ${#records[@]} recorded commands in one process: python -m troll_verl.tools.dry_run"
+    "${launch[@]}" -m troll_verl.tools.dry_run "${dry_run_flags[@]}" "${records[@]}" || dry_run_status=$?
 fi
 
 if ((${#failed[@]})); then

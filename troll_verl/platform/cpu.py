@@ -19,7 +19,7 @@ collectives over ``gloo``, a device-module stand-in whose memory statistics are 
 
 It is **opt-in**: nothing here is active unless ``VERL_PLATFORM=cpu`` is set (verl's own platform switch). The
 platform never reports itself available during verl's auto-detection, so registering it cannot change what
-a GPU (or NPU) machine runs. With the switch set, :func:`troll_verl.plugin.register` also registers verl's
+a GPU (or NPU) machine runs. With the switch set, :func:`troll_verl.integration.plugin.register` also registers verl's
 FSDP engines for device ``cpu``. Conditions for exact CPU runs: ``strategy=fsdp2``, ``attn_implementation=sdpa``,
 fp32 mixed precision, ``use_torch_compile=False``.
 """

@@ -30,7 +30,7 @@ adds, without patching verl or vLLM:
 - :class:`CPUvLLMHttpServer`: verl's server naming that extension (``_get_worker_extension_cls``);
 - :class:`CPUvLLMReplica`: verl's replica launching that server.
 
-:mod:`troll_verl.plugin` registers :class:`CPUvLLMReplica` as rollout ``vllm`` in verl's
+:mod:`troll_verl.integration.plugin` registers :class:`CPUvLLMReplica` as rollout ``vllm`` in verl's
 ``RolloutReplicaRegistry``, only when ``VERL_PLATFORM=cpu``; on any other platform verl's own classes run. The
 name stays ``vllm``, so every ``rollout.name == "vllm"`` branch of verl still applies. :func:`check_vllm_version`
 guards the vLLM versions this was tested with.

@@ -11,8 +11,5 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""The real pretrained LLM for CPU runs (SmolLM2-135M-Instruct from a pinned PyPI wheel) and its task."""
-
-from .assets import AssetError, SmolAssets, SmolSpec, build_smollm2
-
-__all__ = ["AssetError", "SmolAssets", "SmolSpec", "build_smollm2"]
+"""``python -m troll_verl.smollm2``: builds (or finds) the SmolLM2 asset; the code is
+:mod:`troll_verl.assets.smollm2`."""

@@ -1,0 +1,18 @@
+# Copyright 2026 The troll-verl authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""The real pretrained LLM for CPU runs (SmolLM2-135M-Instruct from a pinned PyPI wheel) and its task."""
+
+from .assets import AssetError, SmolAssets, SmolSpec, build_smollm2
+
+__all__ = ["AssetError", "SmolAssets", "SmolSpec", "build_smollm2"]

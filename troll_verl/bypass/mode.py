@@ -1,0 +1,362 @@
+# Copyright 2026 The troll-verl authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""TROLL in verl's bypass mode: the old distribution comes from the vLLM rollout, and no old-log-prob pass runs.
+
+With ``algorithm.rollout_correction.bypass_mode=true`` verl's v1 trainer skips the actor's old-log-prob pass and uses
+the rollout's log-probs as ``old_log_probs`` (two policies, μ and π_θ, instead of three). TROLL then projects around
+the rollout policy μ itself: π̃/μ is the true importance weight, the KL bound holds against what generated the
+tokens, and one actor forward pass per step goes away. Everything verl-facing for this lives here:
+
+- :func:`check_bypass_config`: the refusals, each naming the fix (called by ``validate_troll_config``);
+- :func:`prepare_bypass`: TROLL's trainer in bypass mode sets ``rollout.custom.troll_topk = K`` and
+  ``engine_kwargs.vllm.max_logprobs >= K``, and installs the top-K vLLM replica as rollout ``vllm``;
+- :class:`TopKFullyAsyncLLMServerClient`: the asynchronous trainers' client, keeping the top-K across resumed chunks;
+- :func:`put_old_topk_from_rollout`: TROLL's trainer's old-log-prob step; the rollout's top-K, aligned and put through
+  the mass rule, written where the actor's pass would write it.
+
+The data path (no verl file patched): vLLM server (:mod:`troll_verl.bypass.vllm_topk`) → ``TokenOutput.extra_fields`` →
+agent loop → the sample's ``extra_fields`` in the TransferQueue → :func:`put_old_topk_from_rollout` →
+``old_log_probs`` and ``troll_old_*`` (:data:`~troll_verl.core.layout.OLD_FIELDS`), response-aligned, which TROLL's
+update reads as usual.
+
+NOTE: the top-K travels inside verl's non-tensor ``extra_fields`` (K × 8 bytes per token: 512 B at K = 64), and stays
+there next to the tensors written from it; verl's agent loop lifts only its distillation teacher's fields out.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import inspect
+
+import numpy as np
+import torch
+from omegaconf import OmegaConf, open_dict
+
+from troll_verl.core.config import TrollConfig
+from troll_verl.core.layout import OLD_FIELDS
+
+from .rollout_topk import align_rollout_topk, old_topk_from_rollout
+
+__all__ = [
+    "bypass_requested",
+    "check_bypass_config",
+    "check_bypass_seams",
+    "prepare_bypass",
+    "install_topk_rollout",
+    "TopKFullyAsyncLLMServerClient",
+    "put_old_topk_from_rollout",
+]
+
+_VLLM = "vllm"
+_ROLLOUT = "actor_rollout_ref.rollout"
+
+
+def bypass_requested(config) -> bool:
+    """True when ``algorithm.rollout_correction.bypass_mode`` is set (``config``: a full verl config)."""
+    return bool(OmegaConf.select(config, "algorithm.rollout_correction.bypass_mode", default=False))
+
+
+def check_bypass_config(config, settings: TrollConfig) -> None:
+    """Refuse every bypass-mode configuration in which the rollout's log-probs are not the actor's old distribution.
+
+    Raises:
+        ValueError: naming the setting and the fix (or ``bypass_mode=false``, the actor recompute).
+    """
+    def rollout(key: str, default=None):
+        return OmegaConf.select(config, f"{_ROLLOUT}.{key}", default=default, throw_on_missing=False)
+
+    off = "or set algorithm.rollout_correction.bypass_mode=false (the actor recomputes the old distribution)"
+    name = rollout("name")
+    if name != _VLLM:
+        raise ValueError(
+            f"TROLL's bypass mode takes the old top-K from verl's vLLM rollout; {_ROLLOUT}.name={name}. Set "
+            f"{_ROLLOUT}.name=vllm, {off}."
+        )
+    if not rollout("calculate_log_probs", False):
+        raise ValueError(
+            f"TROLL's bypass mode uses the rollout's log-probs as old_log_probs; set {_ROLLOUT}.calculate_log_probs="
+            f"true, {off}."
+        )
+    mode = rollout("logprobs_mode", "processed_logprobs")
+    if mode != "processed_logprobs":
+        raise ValueError(
+            f"{_ROLLOUT}.logprobs_mode={mode}: only processed_logprobs (after temperature) match the actor's "
+            f"temperature-scaled old distribution. Set {_ROLLOUT}.logprobs_mode=processed_logprobs, {off}."
+        )
+    top_p, top_k = float(rollout("top_p", 1.0)), int(rollout("top_k", -1))
+    if top_p < 1.0:
+        raise ValueError(
+            f"{_ROLLOUT}.top_p={top_p}: vLLM's log-probs are then renormalised over the nucleus, which is not the "
+            f"actor's distribution TROLL projects around. Set {_ROLLOUT}.top_p=1.0, {off}."
+        )
+    if top_k not in (-1, 0):
+        raise ValueError(
+            f"{_ROLLOUT}.top_k={top_k}: vLLM's log-probs are then renormalised over the top {top_k}, which is not the "
+            f"actor's distribution TROLL projects around. Set {_ROLLOUT}.top_k=-1, {off}."
+        )
+    penalty = float(rollout("repetition_penalty", 1.0))
+    if penalty != 1.0:
+        raise ValueError(
+            f"{_ROLLOUT}.repetition_penalty={penalty} changes vLLM's log-probs away from the actor's distribution. "
+            f"Set {_ROLLOUT}.repetition_penalty=1.0, {off}."
+        )
+    if rollout("multi_turn.enable", False):
+        raise ValueError(
+            "TROLL's bypass mode supports the single-turn agent loop only: a multi-turn loop inserts tool and "
+            f"template tokens the rollout never scored. Set {_ROLLOUT}.multi_turn.enable=false, {off}."
+        )
+    agent_loop = rollout("agent.default_agent_loop", "single_turn_agent")
+    if agent_loop != "single_turn_agent" or rollout("agent.agent_loop_config_path"):
+        # NOTE: a dataset's own agent_name cannot be seen here; the alignment check refuses such a sample at step 1
+        raise ValueError(
+            f"TROLL's bypass mode supports verl's single-turn agent loop only ({_ROLLOUT}.agent.default_agent_loop="
+            f"{agent_loop}, agent_loop_config_path={rollout('agent.agent_loop_config_path')}): other loops insert "
+            f"tokens the rollout never scored. Set {_ROLLOUT}.agent.default_agent_loop=single_turn_agent and "
+            f"{_ROLLOUT}.agent.agent_loop_config_path=null, {off}."
+        )
+    temperature = rollout("temperature", 1.0)
+    if temperature is not None and float(temperature) <= 0:
+        raise ValueError(
+            f"{_ROLLOUT}.temperature={temperature}: vLLM's greedy path returns log-probs at temperature 1, not the "
+            f"distribution it sampled from. Set {_ROLLOUT}.temperature>0, {off}."
+        )
+    if rollout("disaggregation.enabled", False):
+        raise ValueError(
+            f"TROLL's bypass mode does not support prefill/decode disaggregation. Set {_ROLLOUT}.disaggregation."
+            f"enabled=false, {off}."
+        )
+    max_logprobs = rollout("engine_kwargs.vllm.max_logprobs")
+    # vLLM reads max_logprobs=-1 as the whole vocabulary
+    if max_logprobs is not None and int(max_logprobs) != -1 and int(max_logprobs) < settings.topk:
+        raise ValueError(
+            f"{_ROLLOUT}.engine_kwargs.vllm.max_logprobs={max_logprobs} is below TROLL's topk={settings.topk}: vLLM "
+            f"would refuse the requests. Set {_ROLLOUT}.engine_kwargs.vllm.max_logprobs={settings.topk} (or leave it "
+            "unset: TROLL's trainer sets it)."
+        )
+
+
+def prepare_bypass(config, settings: TrollConfig) -> int:
+    """Set up a validated bypass-mode config for TROLL's trainer; returns K.
+
+    Sets ``rollout.custom.troll_topk = K`` (the server returns the top-K) and ``engine_kwargs.vllm.max_logprobs``
+    where unset, and installs the top-K vLLM replica as rollout ``vllm`` in this process
+    (:func:`install_topk_rollout`).
+    """
+    check_bypass_seams()
+    k = settings.topk
+    with open_dict(config):
+        rollout = config.actor_rollout_ref.rollout
+        if rollout.get("custom") is None:
+            rollout.custom = {}
+        rollout.custom.troll_topk = k
+        if rollout.get("engine_kwargs") is None:
+            rollout.engine_kwargs = {}
+        if rollout.engine_kwargs.get(_VLLM) is None:
+            rollout.engine_kwargs[_VLLM] = {}
+        if rollout.engine_kwargs[_VLLM].get("max_logprobs") is None:
+            rollout.engine_kwargs[_VLLM].max_logprobs = k
+    install_topk_rollout()
+    # NOTE: print, as verl's trainer does: Ray's TaskRunner has no handler for INFO log records
+    print(
+        f"TROLL bypass mode: no old-log-prob pass; the old distribution is the vLLM rollout's top-{k} (mass rule "
+        f"delta={settings.mass_delta:g}), projected around with kl_bound={settings.kl_bound:g}.",
+        flush=True,
+    )
+    return k
+
+
+def _load_topk_replica():
+    from troll_verl.platform.cpu import cpu_platform_requested
+
+    from .vllm_topk import TopKCPUvLLMReplica, TopKvLLMReplica
+
+    return TopKCPUvLLMReplica if cpu_platform_requested() else TopKvLLMReplica
+
+
+def install_topk_rollout() -> None:
+    """Register the top-K vLLM replica as rollout ``vllm`` in verl's replica registry (this process only).
+
+    verl's own loader (or the CPU platform's) is replaced; the name stays ``vllm``. The servers behave exactly as
+    verl's unless ``rollout.custom.troll_topk`` is set.
+
+    Raises:
+        RuntimeError: when another plugin owns rollout ``vllm``.
+    """
+    import verl.workers.rollout.replica as replica_module
+    from verl.workers.rollout.vllm_rollout.vllm_async_server import vLLMReplica
+
+    registry = replica_module.RolloutReplicaRegistry
+    existing = registry._registry.get(_VLLM)
+    if existing is not None and existing is not _load_topk_replica and not issubclass(existing(), vLLMReplica):
+        raise RuntimeError(
+            f"verl's rollout registry maps {_VLLM!r} to {existing!r}, not a vLLM replica; TROLL's bypass mode cannot "
+            "install its top-K server there. Uninstall the other plugin, or set "
+            "algorithm.rollout_correction.bypass_mode=false."
+        )
+    registry.register(_VLLM, _load_topk_replica)
+
+
+# verl 0.9 signatures this module relies on (checked by check_bypass_seams; tests/test_bypass_on_cpu.py)
+_SERVER_GENERATE_HEAD = ("self", "prompt_ids", "sampling_params", "request_id")
+
+
+def check_bypass_seams() -> None:
+    """Version guard: the verl and vLLM seams bypass mode relies on are where verl 0.9.1 has them.
+
+    Raises:
+        RuntimeError: naming what changed and the fallback (``bypass_mode=false``).
+    """
+    from verl.workers.rollout.llm_server import FullyAsyncLLMServerClient, LLMServerClient
+    from verl.workers.rollout.vllm_rollout.vllm_async_server import vLLMHttpServer
+    from vllm import SamplingParams
+
+    problems = []
+    head = tuple(inspect.signature(vLLMHttpServer.generate).parameters)[: len(_SERVER_GENERATE_HEAD)]
+    if head != _SERVER_GENERATE_HEAD:
+        problems.append(f"vLLMHttpServer.generate starts with {head}, expected {_SERVER_GENERATE_HEAD}")
+    if not hasattr(vLLMHttpServer, "run_server"):
+        problems.append("vLLMHttpServer.run_server is gone")
+    if not issubclass(FullyAsyncLLMServerClient, LLMServerClient):
+        problems.append("FullyAsyncLLMServerClient no longer extends LLMServerClient")
+    if "flat_logprobs" not in getattr(SamplingParams, "__struct_fields__", ()):
+        problems.append("vLLM's SamplingParams has no flat_logprobs")
+    if problems:
+        raise RuntimeError(
+            "TROLL's bypass mode needs verl 0.9's vLLM server and clients and vLLM's flat log-probs: "
+            + "; ".join(problems)
+            + ". Set algorithm.rollout_correction.bypass_mode=false (the actor recomputes the old distribution)."
+        )
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# the asynchronous trainers' client: verl's FullyAsyncLLMServerClient rebuilds its output from resumed chunks and
+# keeps only tokens, log-probs and routed experts; this keeps the top-K too.
+# ---------------------------------------------------------------------------------------------------------------------
+_CHUNKS: contextvars.ContextVar[list | None] = contextvars.ContextVar("troll_topk_chunks", default=None)
+
+
+def _llm_server_clients():
+    from verl.workers.rollout.llm_server import FullyAsyncLLMServerClient, LLMServerClient
+
+    return FullyAsyncLLMServerClient, LLMServerClient
+
+
+_FullyAsyncLLMServerClient, _LLMServerClient = _llm_server_clients()
+
+
+class _ChunkRecorder(_LLMServerClient):
+    """verl's client, recording each server call's top-K for the enclosing :class:`TopKFullyAsyncLLMServerClient`."""
+
+    async def generate(self, request_id, **kwargs):
+        from .vllm_topk import TOPK_IDS_FIELD, TOPK_LOGPROBS_FIELD
+
+        output = await super().generate(request_id, **kwargs)
+        chunks = _CHUNKS.get()
+        if chunks is not None:
+            fields = output.extra_fields
+            chunks.append((fields.get(TOPK_IDS_FIELD), fields.get(TOPK_LOGPROBS_FIELD), len(output.token_ids)))
+        return output
+
+
+class TopKFullyAsyncLLMServerClient(_FullyAsyncLLMServerClient, _ChunkRecorder):
+    """verl's abort-and-resume client (``colocate_async``, ``separate_async``) keeping the rollout's top-K.
+
+    Each resumed chunk's arrays cover only its new tokens, so they are concatenated in order, like the tokens. A
+    partial rollout that spans a weight update carries a top-K from mixed policies, exactly as ``rollout_log_probs``.
+    """
+
+    async def generate(self, request_id, **kwargs):
+        from .vllm_topk import TOPK_IDS_FIELD, TOPK_LOGPROBS_FIELD
+
+        chunks: list = []
+        token = _CHUNKS.set(chunks)
+        try:
+            output = await super().generate(request_id, **kwargs)
+        finally:
+            _CHUNKS.reset(token)
+        present = [c for c in chunks if c[0] is not None]
+        if not present:
+            return output
+        if len(present) != len(chunks) or sum(c[2] for c in chunks) != len(output.token_ids):
+            raise RuntimeError(
+                f"TROLL's bypass mode: the resumed chunks of request {request_id} carry top-K log-probs for "
+                f"{sum(c[0].shape[0] for c in present)} of {len(output.token_ids)} tokens; they cannot be aligned. "
+                "Another rollout client or server dropped TROLL's fields; use TROLL's trainer mode or set "
+                "algorithm.rollout_correction.bypass_mode=false."
+            )
+        output.extra_fields[TOPK_IDS_FIELD] = np.concatenate([c[0] for c in present])
+        output.extra_fields[TOPK_LOGPROBS_FIELD] = np.concatenate([c[1] for c in present])
+        return output
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# the trainer's old-log-prob step
+# ---------------------------------------------------------------------------------------------------------------------
+def put_old_topk_from_rollout(batch, settings: TrollConfig, *, topk: int, response_length: int) -> dict:
+    """Write ``old_log_probs`` and TROLL's ``troll_old_*`` from the rollout into the TransferQueue (no actor pass).
+
+    Args:
+        batch: verl's ``KVBatchMeta`` of the step (after verl's padding to a divisible size).
+        settings: TROLL's settings (mass rule, floor, storage dtype).
+        topk: the rollout's K (``rollout.custom.troll_topk``).
+        response_length: verl's ``rollout.response_length`` (responses cut there keep their first rows).
+
+    Returns:
+        metrics: ``troll/rollout_tail_mass`` (mean mass outside the stored support, over real response tokens).
+    """
+    import transfer_queue as tq
+
+    from .vllm_topk import TOPK_IDS_FIELD, TOPK_LOGPROBS_FIELD
+
+    fields = ["rollout_log_probs", "responses", "extra_fields"]
+    data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=fields)
+    rollout_log_probs, responses = _jagged(data["rollout_log_probs"]), _jagged(data["responses"])
+    extras = data.get("extra_fields")
+    extras = extras.tolist() if hasattr(extras, "tolist") else list(extras)
+    offsets = rollout_log_probs.offsets()
+    tokens = responses.values()
+    if not torch.equal(responses.offsets(), offsets):
+        raise RuntimeError(
+            "rollout_log_probs and responses have different lengths; the rollout output is corrupt (a rollout or agent "
+            "loop that does not score every response token). Set algorithm.rollout_correction.bypass_mode=false."
+        )
+    ids, lps, real = [], [], []
+    for i, (extra, tag) in enumerate(zip(extras, batch.tags, strict=True)):
+        extra = getattr(extra, "data", extra) or {}
+        padding = bool(tag.get("is_padding", False))
+        rows = align_rollout_topk(
+            extra.get(TOPK_IDS_FIELD), extra.get(TOPK_LOGPROBS_FIELD), tokens[offsets[i] : offsets[i + 1]],
+            k=topk, max_response_length=response_length, is_padding=padding, floor=settings.floor,
+        )  # fmt: skip
+        ids.append(rows[0])
+        lps.append(rows[1])
+        real.append(torch.full((rows[0].shape[0],), not padding))
+    old = old_topk_from_rollout(
+        torch.cat(ids), torch.cat(lps), topk=settings.topk, mass_delta=settings.mass_delta, floor=settings.floor,
+        value_dtype=settings.value_dtype,
+    )  # fmt: skip
+    data["old_log_probs"] = rollout_log_probs
+    for key, values in zip(OLD_FIELDS, old, strict=True):
+        data[key] = torch.nested.nested_tensor_from_jagged(values, offsets)
+    tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=data.select("old_log_probs", *OLD_FIELDS))
+    real = torch.cat(real)
+    tail_mass = old.tail_logprob.double().exp()[real]
+    return {"troll/rollout_tail_mass": float(tail_mass.mean()) if tail_mass.numel() else 0.0}
+
+
+def _jagged(tensor: torch.Tensor) -> torch.Tensor:
+    """A per-sample field as a jagged nested tensor (the TransferQueue stacks equal-length samples densely)."""
+    if tensor.is_nested:
+        return tensor
+    return torch.nested.as_nested_tensor(list(tensor.unbind(0)), layout=torch.jagged)

@@ -1,0 +1,19 @@
+# Copyright 2026 The troll-verl authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""The numerical core (TROLL §1–§7), the part that goes upstream as ``verl/trainer/troll/``: the exact per-token KL
+projection (:mod:`.projection`), sparse top-K supports computed lean from logits (:mod:`.sparse`), the per-token terms
+(:mod:`.terms`), the policy loss (:mod:`.losses`), TROLL's settings (:mod:`.config`), and the engines' backends
+(:mod:`.fsdp`, :mod:`.megatron`, leaves that share :mod:`.layout`). It imports no troll-verl module outside this folder
+and only the public verl APIs that ``tests/core/test_boundary_on_cpu.py`` lists.
+"""

@@ -1,0 +1,338 @@
+# Copyright 2026 The troll-verl authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""The TROLL policy loss (arXiv:2510.03817 §4, §7) and its engine hooks.
+
+    J = E[ mean_t  π(o_t)/π_old(o_t) · A_t ]  −  α · KL(π̃ ‖ sg(π))                              # TROLL §4
+
+π is the per-token KL projection of the current policy π̃ (:func:`project`) on the sparse support built from the
+logits (TROLL §5). There is no clipping. Aggregation goes only through verl's
+``agg_loss(..., **config.global_batch_info)``, so every ``loss_agg_mode`` and data-parallel split is honoured.
+
+TROLL needs the token distributions, not only the sampled tokens' log-probs, so it runs where the logits live, as
+hooks inside the engine's forward pass (verl's policy-loss logits hook, ``PolicyLossSpec``)::
+
+    old-log-prob pass (forward only)
+      logits ─ troll_old_pass_fn ─→ old top-K ids, log-probs, tail per row ─→ stored response-aligned (OLD_FIELDS)
+    update pass
+      logits ─ troll_logits_fn ─→ union support ─→ projection ─→ per-token terms per row (TROLL_LOGITS_OUTPUT_KEYS)
+             ─→ verl: SP/CP gather, nest, pad ─→ compute_policy_loss_troll ─→ verl's ppo_loss: entropy, KL to ref
+
+The backend functions (``fsdp/losses.py``, ``megatron/losses.py``) share one signature and are picked by
+``config.strategy``. TROLL's settings are ``config.policy_loss.troll`` (:class:`TrollConfig`).
+"""
+
+from typing import Any
+
+import torch
+from tensordict import TensorDict
+from verl.trainer.ppo.core_algos import agg_loss
+from verl.utils import torch_functional as verl_F
+from verl.utils.metric import AggregationType, Metric
+
+from .layout import OLD_FIELDS
+from .sparse import SparseSupport
+from .terms import TROLL_LOGITS_OUTPUT_KEYS, TrollTokenTerms, troll_token_terms
+
+__all__ = [
+    "TrollTokenTerms",
+    "troll_token_terms",
+    "troll_policy_objective",
+    "compute_policy_loss_troll",
+    "troll_logits_fn",
+    "troll_old_pass_fn",
+    "troll_backend",
+    "TROLL_LOGITS_OUTPUT_KEYS",
+    "TROLL_SPEC_FIELDS",
+    "MAX_METRICS",
+]
+
+# Metrics that must be reduced with max (not mean) across micro-batches and ranks.
+MAX_METRICS = frozenset({"troll/kl_after_max", "troll/eta_max", "troll/bound_violation_max", "troll/solver_iters"})
+# Metrics of the loss's parts: normalised like the loss, so aggregated like verl's actor/pg_loss.
+LOSS_METRICS = frozenset({"troll/pg_loss", "troll/regression_loss"})
+
+
+def troll_policy_objective(
+    terms: TrollTokenTerms,
+    old_log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    loss_agg_mode: str,
+    config: Any,
+    rollout_is_weights: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, dict[str, Any]]:
+    """Aggregate per-token TROLL terms into the policy loss (TROLL §4, §7).
+
+        loss = agg(−A_t · r_t) + α · agg(KL(π̃ ‖ sg π)),   r_t = π(o_t) / π_old(o_t)
+
+    with no clipping, or GSPO's sequence-level ratio when ``ratio_level=sequence``.
+
+    Args:
+        terms: :class:`TrollTokenTerms` of shape ``(bsz, T)``.
+        old_log_prob, advantages, response_mask: ``(bsz, T)``.
+        loss_agg_mode: verl's aggregation mode.
+        config: verl ``ActorConfig``; settings from ``config.policy_loss.troll``, normalisation from
+            ``config.global_batch_info`` (through ``agg_loss``).
+        rollout_is_weights: optional ``(bsz, T)``, applied to the policy-gradient term only.
+
+    Returns:
+        ``(loss, metrics)`` with float metrics (keys in :data:`MAX_METRICS` are maxima).
+    """
+    cfg = config.policy_loss.troll
+    mask = response_mask.bool()
+    proj_log_prob = terms.proj_log_prob
+    old_log_prob = torch.where(mask, old_log_prob, 0.0)
+    log_ratio = torch.where(mask, proj_log_prob - old_log_prob, 0.0)
+    if cfg.ratio_level == "token":
+        # r_t = π(o_t) / π_old(o_t); clamped as in verl for exp() stability, no clipping (TROLL §4).
+        log_ratio = log_ratio.clamp(-20.0, 20.0)
+    else:
+        # GSPO (TROLL §7): r_{i,t} = sg[exp(mean_t(log π(o_t) − log π_old(o_t)))] · π(o_t) / sg[π(o_t)],
+        # log-ratio capped at seq_log_ratio_cap, no clipping.
+        seq_log_ratio = log_ratio.sum(-1) / mask.sum(-1).clamp_min(1)
+        log_ratio = proj_log_prob - proj_log_prob.detach() + seq_log_ratio.detach()[:, None]
+        log_ratio = log_ratio.clamp(max=cfg.seq_log_ratio_cap)
+    pg_losses = -advantages * torch.exp(log_ratio)
+    if rollout_is_weights is not None:
+        pg_losses = pg_losses * rollout_is_weights
+    pg_losses = torch.where(mask, pg_losses, 0.0)
+    reg = torch.where(mask, terms.regression, 0.0)
+
+    pg_loss = agg_loss(loss_mat=pg_losses, loss_mask=mask, loss_agg_mode=loss_agg_mode, **config.global_batch_info)
+    reg_loss = agg_loss(loss_mat=reg, loss_mask=mask, loss_agg_mode=loss_agg_mode, **config.global_batch_info)
+    loss = pg_loss + cfg.alpha * reg_loss
+
+    metrics = _metrics(terms, mask, old_log_prob, cfg.kl_bound)
+    metrics["troll/pg_loss"] = pg_loss.detach().item()
+    metrics["troll/regression_loss"] = reg_loss.detach().item()
+    return loss, metrics
+
+
+# ------------------------------------------------------------------------------------------------------------
+# the engine hooks (verl's PolicyLossSpec): called with the logits of one micro-batch inside the forward pass
+# ------------------------------------------------------------------------------------------------------------
+def troll_backend(strategy: str):
+    """The backend module with ``compute_troll_old_topk`` / ``compute_troll_token_terms`` for an actor strategy."""
+    match strategy:
+        case "fsdp" | "fsdp2":
+            from .fsdp import losses
+        case "megatron":
+            from .megatron import losses
+        case _:
+            raise NotImplementedError(
+                f"TROLL supports actor strategies fsdp, fsdp2 and megatron, got {strategy!r}; "
+                "set actor_rollout_ref.actor.strategy=fsdp2."
+            )
+    return losses
+
+
+def troll_logits_fn(
+    logits: torch.Tensor, data: TensorDict, config: Any, data_format: str = "thd"
+) -> dict[str, torch.Tensor]:
+    """Update-pass hook: TROLL's per-token terms from the logits of one micro-batch (TROLL §1–5).
+
+    Args:
+        logits: temperature-scaled logits, ``(1, L, V)`` on FSDP (packed; under Ulysses SP this rank's shard),
+            vocab- and context-parallel on Megatron.
+        data: the micro-batch, with the old pass's fields (:data:`~troll_verl.core.layout.OLD_FIELDS`) and
+            ``old_log_probs``.
+        config: verl ``ActorConfig`` (``strategy``; settings in ``policy_loss.troll``).
+        data_format: ``"thd"`` or ``"bshd"`` (Megatron's layout).
+
+    Returns:
+        Per-row tensors shaped like the logits' leading dims: ``"log_probs"`` (the sampled tokens' current
+        log-probs, with gradient) and every key of :data:`TROLL_LOGITS_OUTPUT_KEYS`; rows that do not predict a
+        response token hold 0.
+    """
+    cfg = config.policy_loss.troll
+    outputs = troll_backend(config.strategy).compute_troll_token_terms(logits, data, cfg, data_format)
+    # what the old-log-prob pass stored per response token and reached this update (measured)
+    lengths = data["response_mask"].offsets().diff() if data["response_mask"].is_nested else None
+    n_tokens = int(lengths.sum()) if lengths is not None else int(data["response_mask"].sum())
+    stored = sum(_nbytes(data[key]) for key in OLD_FIELDS)
+    ref = outputs["log_probs"]
+    outputs["troll_old_bytes_per_token"] = torch.full_like(ref, stored / max(n_tokens, 1), dtype=torch.float32)
+    return outputs
+
+
+def troll_old_pass_fn(
+    logits: torch.Tensor, data: TensorDict, config: Any, data_format: str = "thd"
+) -> dict[str, torch.Tensor]:
+    """Old-log-prob-pass hook: the old policy's sparse top-K at every row (TROLL §5).
+
+    Args: as :func:`troll_logits_fn` (no gradient).
+
+    Returns:
+        ``{"troll_old_ids": (..., K) int32, "troll_old_logprobs": (..., K), "troll_old_tail": (...) fp32}`` per
+        row (-1 / 0 off response rows); verl keeps the response rows and stores them next to ``old_log_probs``.
+    """
+    return troll_backend(config.strategy).compute_troll_old_topk(logits, data, config.policy_loss.troll, data_format)
+
+
+def _nbytes(tensor: torch.Tensor) -> int:
+    return (tensor.values() if tensor.is_nested else tensor).numel() * tensor.element_size()
+
+
+# What loss "troll" asks of verl's engine: the fields of verl's ``core_algos.PolicyLossSpec`` (hooks on the logits of
+# the old-log-prob and update passes, the outputs they hand on, and its own log-probs in place of the engine's).
+TROLL_SPEC_FIELDS = dict(
+    logits_fn=troll_logits_fn,
+    logits_output_keys=TROLL_LOGITS_OUTPUT_KEYS,
+    provides_log_probs=True,
+    old_pass_fn=troll_old_pass_fn,
+    old_pass_keys=OLD_FIELDS,
+)
+
+
+def compute_policy_loss_troll(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    loss_agg_mode: str = "token-mean",
+    config: Any = None,
+    rollout_is_weights: torch.Tensor | None = None,
+    logits_outputs: dict[str, torch.Tensor] | None = None,
+    support: SparseSupport | None = None,
+) -> tuple[torch.Tensor, dict[str, Any]]:
+    """Compute the TROLL policy objective (trust-region projection instead of ratio clipping) and its metrics.
+
+    See https://arxiv.org/abs/2510.03817 (TROLL). verl's ``ppo_loss`` calls it with the per-token terms that
+    :func:`troll_logits_fn` computed inside the forward pass (``logits_outputs``); called directly, it computes them
+    from a padded sparse support.
+
+    Args:
+        old_log_prob: ``(bsz, T)`` old log-prob of the sampled tokens (the old-log-prob pass).
+        log_prob: ``(bsz, T)`` current (unprojected) log-prob of the sampled tokens.
+        advantages: ``(bsz, T)`` advantages.
+        response_mask: ``(bsz, T)`` mask of the tokens that enter the loss.
+        loss_agg_mode: verl's aggregation mode (token-mean, token-sum, seq-mean-token-sum, seq-mean-token-mean,
+            seq-mean-token-sum-norm).
+        config: verl ``ActorConfig``; TROLL's settings are ``config.policy_loss.troll`` and
+            ``config.global_batch_info`` feeds ``agg_loss``.
+        rollout_is_weights: optional ``(bsz, T)`` rollout-correction weights, applied to the policy-gradient
+            term. NOTE: not to the regression term, which is a full-distribution KL at the visited state and does
+            not depend on the sampled token.
+        logits_outputs: ``{key: (bsz, T)}`` for the keys in :data:`TROLL_LOGITS_OUTPUT_KEYS`, from verl.
+        support: instead of ``logits_outputs``, a sparse support with ``(bsz, T, S + 1)`` fields (current policy
+            with gradient, old policy, mask, sampled positions); ``log_prob`` is then taken from it.
+
+    Returns:
+        ``(loss, metrics)``: the scalar loss to minimise and its metrics; maxima (:data:`MAX_METRICS`) and the
+        loss's parts (:data:`LOSS_METRICS`) come as ``Metric`` with their aggregation, the rest as floats (mean).
+    """
+    if config is None:
+        raise ValueError("compute_policy_loss_troll needs the actor config (config=...).")
+    cfg = config.policy_loss.troll
+    mask = response_mask.bool()
+    extra = {}
+    if logits_outputs is not None:
+        missing = [key for key in TROLL_LOGITS_OUTPUT_KEYS if key not in logits_outputs]
+        if missing:
+            raise ValueError(f"logits_outputs lacks {missing}: they come from troll_logits_fn in the forward pass.")
+        terms = TrollTokenTerms(
+            log_prob=log_prob,
+            **{name: logits_outputs[f"troll_{name}"] for name in TrollTokenTerms._fields if name != "log_prob"},
+        )
+        iters = logits_outputs["troll_solver_iters"]
+        iters = float(iters[mask].max()) if bool(mask.any()) else 0.0
+        extra["troll/old_topk_bytes_per_token"] = _masked_mean(logits_outputs["troll_old_bytes_per_token"], mask)
+    elif support is not None:
+        if support.new_logprobs.shape[:-1] != mask.shape:
+            raise ValueError(
+                f"support fields must have shape (bsz, T, S + 1) matching response_mask {tuple(mask.shape)}, got "
+                f"{tuple(support.new_logprobs.shape)}; reshape the support with SparseSupport.reshape(bsz, T)."
+            )
+        terms, iters = troll_token_terms(support, cfg, row_mask=mask)
+    else:
+        raise ValueError(
+            "loss_mode=troll needs the token distributions, not only the sampled tokens' log-probs: its terms are "
+            "computed by troll_logits_fn inside the engine's forward pass (logits_outputs=), which needs an engine "
+            "with the policy-loss logits hook and use_fused_kernels=False."
+        )
+    loss, metrics = troll_policy_objective(
+        terms, old_log_prob, advantages, mask, loss_agg_mode, config, rollout_is_weights
+    )
+    metrics["troll/solver_iters"] = float(iters)
+    metrics.update(extra)
+    return loss, _with_aggregation(metrics, config.global_batch_info)
+
+
+def _masked_mean(values: torch.Tensor, mask: torch.Tensor) -> float:
+    return float(verl_F.masked_mean(values.float(), mask)) if bool(mask.any()) else 0.0
+
+
+def _with_aggregation(metrics: dict[str, float], global_batch_info: dict) -> dict[str, Any]:
+    """Wrap the metrics that do not average across micro-batches and ranks in a ``Metric`` naming how they combine.
+
+    The loss's parts follow verl's rule for ``actor/pg_loss``: normalised by the global batch (as ``agg_loss`` does
+    whenever any global batch information is set) they are partial sums, so they add up.
+    """
+    global_norm = (
+        global_batch_info.get("dp_size", 1) > 1
+        or global_batch_info.get("batch_num_tokens") is not None
+        or global_batch_info.get("global_batch_size") is not None
+        or global_batch_info.get("loss_scale_factor") is not None
+    )
+    loss_aggregation = AggregationType.SUM if global_norm else AggregationType.MEAN
+    out: dict[str, Any] = {}
+    for key, value in metrics.items():
+        if key in MAX_METRICS:
+            out[key] = Metric(AggregationType.MAX, value)
+        elif key in LOSS_METRICS:
+            out[key] = Metric(loss_aggregation, value)
+        else:
+            out[key] = value
+    return out
+
+
+@torch.no_grad()
+def _metrics(terms: TrollTokenTerms, mask, old_log_prob, kl_bound) -> dict[str, float]:
+    """Trust-region diagnostics over the tokens in ``mask``; verl-compatible keys included."""
+    if int(mask.sum()) == 0:
+        return {k: 0.0 for k in _METRIC_KEYS}
+    projected = (terms.projected > 0) & mask
+    n_proj = projected.sum().clamp_min(1)
+    kl_after = torch.where(mask, terms.kl_after, 0.0)
+    values = torch.stack([
+        verl_F.masked_mean(terms.kl_before, mask),
+        verl_F.masked_mean(terms.kl_after, mask),
+        kl_after.max(),
+        # residual violation at the solver's limits (eta_max); 0 when every bound holds
+        (kl_after - kl_bound).clamp_min(0.0).max(),
+        verl_F.masked_mean(projected.float(), mask),
+        torch.where(projected, terms.eta, 0.0).sum() / n_proj,
+        torch.where(projected, terms.eta, 0.0).max(),
+        verl_F.masked_mean(terms.support_size, mask),
+        verl_F.masked_mean(terms.covered_mass, mask),
+        verl_F.masked_mean(torch.where(mask, old_log_prob - terms.log_prob, 0.0), mask),
+    ]).tolist()  # fmt: skip  # one device sync for all of them
+    # TROLL does not clip; actor/pg_clipfrac(_lower) are kept so existing dashboards keep their panels
+    return dict(zip(_METRIC_KEYS, [*values, 0.0, 0.0], strict=True))
+
+
+_METRIC_KEYS = (
+    "troll/kl_before",
+    "troll/kl_after",
+    "troll/kl_after_max",
+    "troll/bound_violation_max",
+    "troll/projected_frac",
+    "troll/eta_mean",
+    "troll/eta_max",
+    "troll/support_size",
+    "troll/covered_mass",
+    "actor/ppo_kl",
+    "actor/pg_clipfrac",
+    "actor/pg_clipfrac_lower",
+)

@@ -1,0 +1,17 @@
+# Copyright 2026 The troll-verl authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""The verl integration: registration with verl's registries (:mod:`.plugin`, verl's ``verl.plugins`` entry point),
+the config class (:mod:`.config`), TROLL's actor worker (:mod:`.workers`), trainers (:mod:`.trainer`), the loss closure
+of the stock-verl route (:mod:`.loss_fn`) and the detection of verl's policy-loss seam (:mod:`.seam`).
+"""

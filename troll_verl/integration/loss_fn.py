@@ -1,0 +1,264 @@
+# Copyright 2026 The troll-verl authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""TROLL on a verl without the policy-loss logits hook (verl 0.9 as released): the ``set_loss_fn`` route.
+
+Where verl has the hook (``core_algos.PolicyLossSpec``, upstream PR 1 in ``upstream/``), TROLL registers its
+hooks with the loss and verl's own ``ppo_loss`` does everything (:mod:`troll_verl.integration.plugin`); this module is
+not used.
+
+On verl 0.9 as released, verl's engines call the installed loss function in two ways (the pattern of verl's top-K
+distillation):
+
+(a) as a *logits processor* inside the forward pass, ``loss_fn(student_logits=..., data=micro_batch)``, when the
+    micro-batch carries ``distillation_use_topk=True``; it returns per-row tensors that the engine gathers
+    across sequence-parallel ranks and nests per sequence into ``model_output``;
+(b) as the *final loss*, ``loss_fn(model_output=..., data=micro_batch, dp_group=...)`` → ``(loss, metrics)``.
+
+TROLL's worker (:mod:`troll_verl.integration.workers`) tags each call with ``troll_mode``, and :class:`TrollLossFn`
+runs the
+same hooks the seam would (:func:`~troll_verl.core.losses.troll_old_pass_fn`,
+:func:`~troll_verl.core.losses.troll_logits_fn`)::
+
+    old-log-prob pass (troll_mode="old", forward only)
+      logits ─(a)→ troll_old_pass_fn, per row ─→ response rows ─(b)→ model_output["troll_old_*"]
+      (FSDP's hook carries per-row scalars only: its K-wide rows are gathered across SP ranks in (a) and attached
+      in (b); Megatron's carries them. Stored response-aligned next to old_log_probs.)
+
+    update pass (troll_mode="update", distillation_only: verl skips its own log-prob/CE on these logits)
+      logits ─(a)→ troll_logits_fn, per row (log_probs and TROLL's terms) ─→ verl: SP gather + nest
+      model_output ─(b)→ verl's ppo_loss: entropy bonus, KL to the reference, global-batch aggregation, metrics;
+                         its call of loss "troll" reads TROLL's padded terms from this module (legacy_policy_loss)
+"""
+
+from __future__ import annotations
+
+import contextvars
+import dataclasses
+import logging
+from typing import Any
+
+import torch
+from tensordict import TensorDict
+from verl.utils import tensordict_utils as tu
+from verl.utils.metric import AggregationType, Metric
+from verl.workers.utils.losses import ppo_loss
+from verl.workers.utils.padding import no_padding_2_padding
+
+from troll_verl.core.layout import OLD_FIELDS, response_lengths, response_rows
+from troll_verl.core.losses import (
+    TROLL_LOGITS_OUTPUT_KEYS,
+    compute_policy_loss_troll,
+    troll_logits_fn,
+    troll_old_pass_fn,
+)
+
+from .config import troll_settings
+
+__all__ = ["TrollLossFn", "TROLL_MODE_KEY", "legacy_policy_loss"]
+
+logger = logging.getLogger(__name__)
+
+# Non-tensor key set by TROLL's worker on the micro-batches of the two passes.
+TROLL_MODE_KEY = "troll_mode"
+# Strategies whose verl 0.9 logits hook keeps per-row outputs with trailing dims (Megatron); FSDP's asserts (L,).
+_HOOK_CARRIES_TRAILING_DIMS = frozenset({"megatron"})
+
+
+@dataclasses.dataclass
+class _UpdateCall:
+    """What the final call hands verl's ``ppo_loss`` → loss "troll" (padded terms), and what comes back (metrics)."""
+
+    logits_outputs: dict[str, torch.Tensor]
+    metrics: dict[str, Any] | None = None
+
+
+_UPDATE_CALL: contextvars.ContextVar[_UpdateCall | None] = contextvars.ContextVar("troll_update_call", default=None)
+
+
+def legacy_policy_loss(
+    old_log_prob, log_prob, advantages, response_mask, loss_agg_mode="token-mean", config=None,
+    rollout_is_weights=None,
+):  # fmt: skip
+    """Loss "troll" as verl 0.9's ``ppo_loss`` calls it from :class:`TrollLossFn`'s final call.
+
+    verl 0.9's ``ppo_loss`` hands a policy loss no engine outputs and aggregates every metric by mean, so the padded
+    terms come from the final call (a context variable) and the metrics with other aggregations go back through it.
+
+    Raises:
+        ValueError: outside TROLL's update pass, naming the override that routes verl through TROLL's passes.
+    """
+    call = _UPDATE_CALL.get()
+    if call is None:
+        raise ValueError(
+            "loss_mode=troll needs the sparse top-K distributions of both policies, which verl's generic policy-loss "
+            "call (ppo_loss) does not provide on this verl. Run verl through TROLL's trainer: add "
+            "trainer.v1.trainer_mode=troll to your overrides (troll_colocate_async or troll_separate_async for verl's "
+            "asynchronous trainers), or launch with python -m troll_verl.main."
+        )
+    loss, metrics = compute_policy_loss_troll(
+        old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, config, rollout_is_weights,
+        logits_outputs=call.logits_outputs,
+    )  # fmt: skip
+    call.metrics = metrics
+    return loss, {key: value.aggregate() if isinstance(value, Metric) else value for key, value in metrics.items()}
+
+
+class TrollLossFn:
+    """verl loss closure for TROLL on verl 0.9 as released; picklable, one instance per actor worker.
+
+    Args:
+        config: the actor's ``ActorConfig``. A plain ``PolicyLossConfig`` (only ``loss_mode=troll`` set) is replaced
+            by :class:`~troll_verl.config.TrollPolicyLossConfig` with the paper's defaults.
+    """
+
+    def __init__(self, config: Any):
+        self.config = dataclasses.replace(config, policy_loss=troll_settings(config))
+        # the old pass's K-wide rows, from the logits hook (a) to the final call (b) of one micro-batch; see _give
+        self._handoff: tuple[int, Any] | None = None
+        # bypass mode: the next update call is the step's first micro-batch (the train-inference mismatch)
+        self._mismatch_pending = False
+        self._mismatch_warned = False
+
+    def measure_mismatch(self) -> None:
+        """Report ``troll/mismatch_kl`` and ``troll/mismatch_projected_frac`` on the next update micro-batch.
+
+        In bypass mode the old distribution is the rollout policy's; before the step's first optimizer step the
+        actor's weights are the ones the rollout ran, so the sparse KL between the two on that micro-batch is the
+        train–inference mismatch alone, and the share projected is what that mismatch costs.
+        """
+        self._mismatch_pending = True
+
+    def __call__(
+        self,
+        model_output: dict | None = None,
+        data: TensorDict | None = None,
+        dp_group=None,
+        student_logits: torch.Tensor | None = None,
+        data_format: str = "thd",
+    ):
+        mode = tu.get_non_tensor_data(data=data, key=TROLL_MODE_KEY, default=None)
+        if mode not in ("old", "update"):
+            raise RuntimeError(
+                "TROLL's loss function was called outside TROLL's old-log-prob or update pass (troll_mode is "
+                f"{mode!r}). Run verl with trainer.v1.trainer_mode=troll (or troll_colocate_async, "
+                "troll_separate_async) so TROLL's trainer tags its passes."
+            )
+        if student_logits is not None:
+            if mode == "update":
+                return troll_logits_fn(student_logits, data, self.config, data_format)
+            return self._old_hook(student_logits, data, data_format)
+        if mode == "old":
+            return self._old_pass_output(model_output, data)
+        return self._update_loss(model_output, data, dp_group)
+
+    # ---------------------------------------------------------------------------------------------------------
+    # old-log-prob pass
+    # ---------------------------------------------------------------------------------------------------------
+    def _old_hook(self, logits: torch.Tensor, data: TensorDict, data_format: str) -> dict[str, torch.Tensor]:
+        old = troll_old_pass_fn(logits, data, self.config, data_format)
+        if self.config.strategy in _HOOK_CARRIES_TRAILING_DIMS:
+            return old  # per-row (1, L, K): gathered and nested by the engine
+        # FSDP: gather this micro-batch's rows across Ulysses ranks now (every rank runs the hook), attach in (b)
+        n_tokens = int(data["input_ids"].offsets()[-1])
+        rows = {key: _gather_sp_rows(value.squeeze(0), n_tokens) for key, value in old.items()}
+        if self._handoff is not None:
+            raise RuntimeError(
+                "TROLL's logits hook ran for a new micro-batch before the final loss call of the previous one; the "
+                "engine's call order changed (TROLL expects hook, then final call, per micro-batch)."
+            )
+        self._handoff = (id(data), rows)
+        return {}
+
+    def _old_pass_output(self, model_output: dict, data: TensorDict):
+        handoff, self._handoff = self._handoff, None
+        if handoff is not None:
+            if handoff[0] != id(data):
+                raise RuntimeError(
+                    "TROLL's final loss call received a different micro-batch than its logits hook; the engine's "
+                    "call order changed."
+                )
+            full = handoff[1]
+        elif all(key in model_output for key in OLD_FIELDS):
+            full = {key: model_output.pop(key).values() for key in OLD_FIELDS}  # through the hook (Megatron)
+        else:
+            raise RuntimeError(
+                "TROLL's old-log-prob pass produced no logits: the engine did not call the logits hook. "
+                "use_fused_kernels=True never materialises logits; set actor_rollout_ref.model.use_fused_kernels=False."
+            )
+        # full-sequence rows → response-aligned rows, as old_log_probs are stored
+        rows = response_rows(data)
+        lengths = response_lengths(data)
+        device = next(iter(full.values())).device
+        offsets = torch.cat([lengths.new_zeros(1), torch.cumsum(lengths, 0)]).to(device)
+        for key, values in full.items():
+            model_output[key] = torch.nested.nested_tensor_from_jagged(values[rows.to(device)], offsets)
+        return torch.zeros((), device=device), {}
+
+    # ---------------------------------------------------------------------------------------------------------
+    # update pass: verl's own ppo_loss, with TROLL's terms handed to loss "troll"
+    # ---------------------------------------------------------------------------------------------------------
+    def _update_loss(self, model_output: dict, data: TensorDict, dp_group):
+        missing = [key for key in ("log_probs", *TROLL_LOGITS_OUTPUT_KEYS) if key not in model_output]
+        if missing:
+            raise RuntimeError(
+                f"TROLL's per-token terms are missing from the model output ({missing}); the engine did not call the "
+                "logits hook. use_fused_kernels=True never materialises logits; set "
+                "actor_rollout_ref.model.use_fused_kernels=False."
+            )
+        call = _UpdateCall({key: no_padding_2_padding(model_output[key], data) for key in TROLL_LOGITS_OUTPUT_KEYS})
+        token = _UPDATE_CALL.set(call)
+        try:
+            loss, metrics = ppo_loss(self.config, model_output, data, dp_group)
+        finally:
+            _UPDATE_CALL.reset(token)
+        # verl 0.9's ppo_loss aggregated every policy-loss metric by mean: restore maxima and loss parts
+        metrics.update({key: value for key, value in (call.metrics or {}).items() if isinstance(value, Metric)})
+        if self._mismatch_pending:
+            self._mismatch_pending = False
+            metrics.update(self._mismatch_metrics(metrics))
+        return loss, metrics
+
+    def _mismatch_metrics(self, metrics: dict) -> dict[str, Metric]:
+        def value(key: str) -> float:
+            item = metrics[key]
+            return float(item.aggregate() if isinstance(item, Metric) else item)
+
+        kl, projected = value("troll/kl_before"), value("troll/projected_frac")
+        kl_bound = self.config.policy_loss.troll.kl_bound
+        if kl > kl_bound and not self._mismatch_warned:
+            self._mismatch_warned = True
+            logger.warning(
+                "TROLL bypass mode: the sparse KL between the rollout's and the actor's distributions is %.4g "
+                "before any update, above kl_bound=%g: the trust region is spent on the train-inference mismatch "
+                "(and, in the asynchronous trainers, the policy lag of stale rollouts) alone (%.1f%% of tokens "
+                "projected). Raise actor_rollout_ref.actor.policy_loss.kl_bound, make the "
+                "rollout's numerics match the actor's (dtype), or set algorithm.rollout_correction.bypass_mode="
+                "false.",
+                kl, kl_bound, 100 * projected,
+            )  # fmt: skip
+        return {
+            "troll/mismatch_kl": Metric(AggregationType.MEAN, kl),
+            "troll/mismatch_projected_frac": Metric(AggregationType.MEAN, projected),
+        }
+
+
+def _gather_sp_rows(values: torch.Tensor, n_tokens: int) -> torch.Tensor:
+    """This micro-batch's ``(n_tokens, ...)`` rows from every Ulysses rank's ``(L, ...)`` shard (what verl's FSDP
+    engine does with ``log_probs``); a no-op without sequence parallelism."""
+    from verl.utils.ulysses import gather_outputs_and_unpad, get_ulysses_sequence_parallel_world_size
+
+    sp = get_ulysses_sequence_parallel_world_size()
+    if sp <= 1:
+        return values
+    return gather_outputs_and_unpad(values, gather_dim=0, unpad_dim=0, padding_size=values.shape[0] * sp - n_tokens)

@@ -1,0 +1,321 @@
+# Copyright 2026 The troll-verl authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""The one module where troll-verl meets verl's registries. Importing it registers; it rebinds nothing.
+
+verl imports every entry point of the group ``verl.plugins`` at the end of ``import verl`` (driver, TaskRunner and
+every Ray worker), and swallows a failing plugin at DEBUG level. troll-verl's entry point is this module; the
+alternative is ``VERL_USE_EXTERNAL_MODULES=troll_verl.integration.plugin``. Either way :func:`register` runs and adds:
+
+==========================  ========================================  =====================================
+what                        verl registry                             when
+==========================  ========================================  =====================================
+policy loss ``troll``       ``core_algos.POLICY_LOSS_REGISTRY``       when ``verl.trainer.ppo.core_algos`` loads
+(with its logits hooks                                                (the hooks: only where verl has the
+as ``PolicyLossSpec``)                                                policy-loss logits seam, see below)
+trainers ``troll``,         ``ppo.v1.trainer_base.TRAINER_REGISTRY``  when ``verl.trainer.ppo.v1`` loads
+``troll_sync``,
+``troll_colocate_async``,
+``troll_separate_async``
+platform ``cpu``            ``plugin.platform.PlatformRegistry``      now, only with ``VERL_PLATFORM=cpu``
+FSDP engines for ``cpu``    ``workers.engine.EngineRegistry``         when ``verl.workers.engine`` loads, only
+                                                                      with ``VERL_PLATFORM=cpu``
+rollout ``vllm`` (CPU       ``rollout.replica.RolloutReplicaRegistry``  when ``verl.workers.rollout.replica``
+refit, replaces verl's)                                               loads, only with ``VERL_PLATFORM=cpu``
+==========================  ========================================  =====================================
+
+Registrations wait for their registry's module (a post-import hook) so that ``import verl`` stays cheap: the
+trainer module alone costs ~2 s, paid only by the process that runs the trainer. verl overwrites policy losses
+silently, so a name already taken by someone else is refused here.
+
+**Two routes.** Where verl has the policy-loss logits seam (``core_algos.PolicyLossSpec``: upstream PR 1, see
+``upstream/``), loss ``troll`` is registered with its hooks (:func:`troll_verl.core.losses.troll_logits_fn`,
+:func:`troll_verl.core.losses.troll_old_pass_fn`) and verl's engines, workers, trainers and ``ppo_loss`` run TROLL
+unchanged (:func:`troll_verl.integration.seam.seam_available`). On verl 0.9 as released, TROLL's worker and trainer
+route the
+passes through verl's distillation logits hook instead (:mod:`troll_verl.integration.loss_fn`).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.abc
+import logging
+import sys
+import threading
+from collections.abc import Callable
+
+from .seam import seam_available
+
+logger = logging.getLogger(__name__)
+
+SUPPORTED_VERL = (">=0.9.0", "<0.10")
+ALLOW_UNTESTED_VERL_ENV = "TROLL_VERL_ALLOW_UNTESTED_VERL"
+POLICY_LOSS_NAME = "troll"
+VLLM_ROLLOUT_NAME = "vllm"
+
+__all__ = [
+    "register",
+    "check_verl_version",
+    "troll_policy_loss",
+    "SUPPORTED_VERL",
+    "ALLOW_UNTESTED_VERL_ENV",
+    "POLICY_LOSS_NAME",
+    "VLLM_ROLLOUT_NAME",
+]
+
+
+class VerlVersionError(RuntimeError):
+    """verl outside the range troll-verl supports."""
+
+
+def check_verl_version(version: str | None = None) -> str:
+    """Return verl's version; raise :class:`VerlVersionError` unless it is in :data:`SUPPORTED_VERL`.
+
+    ``TROLL_VERL_ALLOW_UNTESTED_VERL=1`` (:data:`ALLOW_UNTESTED_VERL_ENV`) turns the refusal into a loud warning, for
+    trying a newer verl (e.g. ``main``'s 0.10.0.dev) at one's own risk: the plugin follows verl 0.9's internals.
+    """
+    import os
+
+    from packaging.specifiers import SpecifierSet
+    from packaging.version import Version
+
+    if version is None:
+        import verl
+
+        version = verl.__version__
+    spec = SpecifierSet(",".join(SUPPORTED_VERL))
+    if Version(version) in spec:
+        return version
+    message = (
+        f"troll-verl supports verl {' '.join(SUPPORTED_VERL)} (its engine hooks, loss closure and trainer "
+        f"follow verl 0.9's internals); found verl {version}. Install a supported verl, e.g. "
+        f"pip install 'verl[verl-core]==0.9.1', or set {ALLOW_UNTESTED_VERL_ENV}=1 to try this one untested."
+    )
+    if os.environ.get(ALLOW_UNTESTED_VERL_ENV, "") == "1":
+        logger.warning("UNTESTED verl %s: %s", version, message)
+        return version
+    raise VerlVersionError(message)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# post-import hooks
+# ------------------------------------------------------------------------------------------------------------
+class _PostImportFinder(importlib.abc.MetaPathFinder):
+    """Runs callbacks right after a named module has finished executing (once)."""
+
+    def __init__(self):
+        self.pending: dict[str, list[Callable]] = {}
+        self._lock = threading.Lock()
+
+    def find_spec(self, fullname, path=None, target=None):
+        with self._lock:
+            if fullname not in self.pending:
+                return None
+            callbacks = self.pending.pop(fullname)
+        spec = None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None:
+                break
+        if spec is None or spec.loader is None:
+            return spec
+        spec.loader = _CallbackLoader(spec.loader, callbacks)
+        return spec
+
+
+class _CallbackLoader(importlib.abc.Loader):
+    def __init__(self, loader, callbacks):
+        self._loader, self._callbacks = loader, callbacks
+
+    def create_module(self, spec):
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module):
+        module.__loader__ = self._loader
+        self._loader.exec_module(module)
+        for callback in self._callbacks:
+            callback(module)
+
+    def __getattr__(self, name):  # get_source, get_code, ... for tracebacks and inspect
+        return getattr(self._loader, name)
+
+
+_FINDER = _PostImportFinder()
+
+
+def when_imported(module_name: str, callback: Callable) -> None:
+    """Call ``callback(module)`` once ``module_name`` is imported (at once if it already is)."""
+    module = sys.modules.get(module_name)
+    if module is not None:
+        callback(module)
+        return
+    with _FINDER._lock:
+        _FINDER.pending.setdefault(module_name, []).append(callback)
+        if _FINDER not in sys.meta_path:
+            sys.meta_path.insert(0, _FINDER)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# the registrations
+# ------------------------------------------------------------------------------------------------------------
+def _troll_config(config):
+    """The actor config, refused with the fix named where it carries no TROLL settings (``policy_loss.troll``)."""
+    policy_loss = getattr(config, "policy_loss", None)
+    if not hasattr(policy_loss, "troll"):
+        raise ValueError(
+            "loss_mode=troll reads its settings from troll_verl.config.TrollPolicyLossConfig, but the actor's "
+            f"policy_loss is {type(policy_loss).__name__}. Run through TROLL's trainer "
+            "(trainer.v1.trainer_mode=troll, or python -m troll_verl.main), or set "
+            "actor_rollout_ref.actor.policy_loss._target_=troll_verl.config.TrollPolicyLossConfig."
+        )
+    return config
+
+
+def troll_policy_loss(
+    old_log_prob, log_prob, advantages, response_mask, loss_agg_mode="token-mean", config=None,
+    rollout_is_weights=None, **kwargs,
+):  # fmt: skip
+    """verl's ``PolicyLossFn`` entry for ``loss_mode=troll``: :func:`troll_verl.core.losses.compute_policy_loss_troll`.
+
+    (A thin forwarder, so that registering never imports the loss module while verl's registry module is still
+    loading.) Through the seam verl's ``ppo_loss`` passes TROLL's terms as ``logits_outputs``; without it they come
+    from TROLL's final loss call (:func:`troll_verl.integration.loss_fn.legacy_policy_loss`).
+    """
+    if "logits_outputs" not in kwargs and "support" not in kwargs and not seam_available():
+        from .loss_fn import legacy_policy_loss
+
+        return legacy_policy_loss(
+            old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, config, rollout_is_weights
+        )
+    from troll_verl.core.losses import compute_policy_loss_troll
+
+    return compute_policy_loss_troll(
+        old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, _troll_config(config), rollout_is_weights,
+        **kwargs,
+    )
+
+
+def troll_logits_hook(logits, data, config, data_format="thd"):
+    """The seam's update-pass hook for ``troll``: :func:`troll_verl.core.losses.troll_logits_fn` (a lazy forwarder)."""
+    from troll_verl.core.losses import troll_logits_fn
+
+    return troll_logits_fn(logits, data, _troll_config(config), data_format)
+
+
+def troll_old_pass_hook(logits, data, config, data_format="thd"):
+    """The seam's old-log-prob-pass hook for ``troll``: :func:`troll_verl.core.losses.troll_old_pass_fn` (lazy)."""
+    from troll_verl.core.losses import troll_old_pass_fn
+
+    return troll_old_pass_fn(logits, data, _troll_config(config), data_format)
+
+
+def troll_policy_loss_spec(core_algos):
+    """TROLL's ``PolicyLossSpec`` on a verl with the seam (:data:`troll_verl.core.losses.TROLL_SPEC_FIELDS`), its hooks
+    behind the forwarders that check the actor config carries TROLL's settings."""
+    from troll_verl.core.losses import TROLL_SPEC_FIELDS
+
+    fields = {**TROLL_SPEC_FIELDS, "logits_fn": troll_logits_hook, "old_pass_fn": troll_old_pass_hook}
+    return core_algos.PolicyLossSpec(**fields)
+
+
+def _register_policy_loss(core_algos) -> None:
+    existing = core_algos.POLICY_LOSS_REGISTRY.get(POLICY_LOSS_NAME)
+    if existing is not None and existing is not troll_policy_loss:
+        raise RuntimeError(
+            f"verl's policy-loss registry already has {POLICY_LOSS_NAME!r} ({existing.__module__}."
+            f"{existing.__qualname__}); verl would silently overwrite it. Uninstall the other plugin."
+        )
+    if hasattr(core_algos, "PolicyLossSpec"):
+        core_algos.register_policy_loss(POLICY_LOSS_NAME, spec=troll_policy_loss_spec(core_algos))(troll_policy_loss)
+    else:
+        core_algos.register_policy_loss(POLICY_LOSS_NAME)(troll_policy_loss)
+
+
+def _register_trainer(_v1_package) -> None:
+    # troll_verl.integration.trainer registers itself at the end of its import (it may be the module importing v1
+    # right now).
+    importlib.import_module("troll_verl.integration.trainer")
+
+
+def _register_cpu_engines(_engine_package) -> None:
+    from verl.workers.engine import EngineRegistry
+    from verl.workers.engine.fsdp.transformer_impl import FSDPEngineWithLMHead, FSDPEngineWithValueHead
+
+    for model_type, cls in (("language_model", FSDPEngineWithLMHead), ("value_model", FSDPEngineWithValueHead)):
+        for backend in ("fsdp", "fsdp2"):
+            taken = EngineRegistry._engines.get(model_type, {}).get(backend, {}).get("cpu")
+            if taken is not None and taken is not cls:
+                raise RuntimeError(
+                    f"verl's engine registry already maps ({model_type}, {backend}, cpu) to {taken.__name__}; "
+                    "troll-verl's CPU platform cannot register verl's FSDP engine there."
+                )
+            if taken is None:
+                EngineRegistry.register(model_type=model_type, backend=backend, device="cpu")(cls)
+
+
+def _load_cpu_vllm_replica():
+    return importlib.import_module("troll_verl.platform.vllm_cpu").CPUvLLMReplica
+
+
+def _register_cpu_vllm_replica(replica_module) -> None:
+    # Replaces verl's loader for "vllm" (keeping the name keeps every rollout.name == "vllm" branch of verl); only
+    # ever called on the CPU platform, where verl's own refit cannot work (see troll_verl/platform/vllm_cpu.py).
+    registry = replica_module.RolloutReplicaRegistry
+    existing = registry._registry.get(VLLM_ROLLOUT_NAME)
+    if existing is not None and existing is not _load_cpu_vllm_replica and existing is not replica_module._load_vllm:
+        raise RuntimeError(
+            f"verl's rollout registry maps {VLLM_ROLLOUT_NAME!r} to {existing!r}, not verl's own vLLM replica; "
+            "troll-verl's CPU platform cannot install its CPU refit there. Uninstall the other plugin."
+        )
+    registry.register(VLLM_ROLLOUT_NAME, _load_cpu_vllm_replica)
+
+
+def _register_cpu_platform() -> None:
+    from verl.plugin.platform import PlatformRegistry
+
+    from troll_verl.platform.cpu import CPU_PLATFORM_NAME, make_platform_cls
+
+    existing = PlatformRegistry.get(CPU_PLATFORM_NAME)
+    if existing is None or existing.__module__ != "troll_verl.platform.cpu":
+        PlatformRegistry.register(CPU_PLATFORM_NAME)(make_platform_cls())
+    when_imported("verl.workers.engine", _register_cpu_engines)
+    when_imported("verl.workers.rollout.replica", _register_cpu_vllm_replica)
+
+
+_REGISTERED = False
+
+
+def register() -> None:
+    """Register TROLL with verl (idempotent). Raises :class:`VerlVersionError` on an unsupported verl."""
+    global _REGISTERED
+    if _REGISTERED:
+        return
+    check_verl_version()
+    from troll_verl.platform.cpu import cpu_platform_requested
+
+    when_imported("verl.trainer.ppo.core_algos", _register_policy_loss)
+    when_imported("verl.trainer.ppo.v1", _register_trainer)
+    if cpu_platform_requested():
+        _register_cpu_platform()
+    _REGISTERED = True
+
+
+try:
+    register()
+except VerlVersionError as _e:
+    # verl logs plugin failures at DEBUG only; say it where people look.
+    logger.error("%s", _e)
+    raise

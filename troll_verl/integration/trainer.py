@@ -1,0 +1,254 @@
+# Copyright 2026 The troll-verl authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""TROLL's v1 trainers: verl's ``sync``, ``colocate_async`` and ``separate_async`` trainers plus TROLL's pass flags.
+
+One mixin, :class:`TrollTrainerMixin`, holds everything TROLL adds to a verl v1 trainer; each TROLL trainer is that
+mixin on one of verl's trainers, selected with one override, ``trainer.v1.trainer_mode``:
+
+===========================  ================================  ==============================================
+``trainer_mode``             verl's trainer                    notes
+===========================  ================================  ==============================================
+``troll`` (``troll_sync``)   ``PPOTrainerSync``                colocated rollout, synchronous updates
+``troll_colocate_async``     ``PPOTrainerColocateAsync``       colocated rollout, partial rollouts, warm-up
+                                                               batches (``trainer.v1.colocate_async.*``)
+``troll_separate_async``     ``PPOTrainerSeparateAsync``       standalone rollout pool; not yet run end to end
+===========================  ================================  ==============================================
+
+``python -m troll_verl.main`` presets ``troll``. Each runs with ``trainer_mode`` reset to verl's own mode name, so
+every code path of that verl trainer (and its ``trainer.v1.<mode>.*`` settings) behaves as usual. On top, the mixin
+
+- validates the TROLL settings and refuses configurations TROLL cannot run, naming the setting to change, and
+  selects TROLL's settings class where verl's stock policy-loss config is named;
+- swaps verl's worker classes for TROLL's (:mod:`troll_verl.integration.workers`: verl's workers plus inert-by-default
+flags;
+  ``separate_async``'s ``DetachActorWorker`` included);
+- on verl 0.9 as released, tags the old-log-prob pass (store the old top-K), keeps the flag off on the reference
+  pass, and tags the update pass. ``separate_async``'s old-log-prob pass swaps the actor's weights to π_old around
+  verl's own pass; the tag spans that whole call, so the old top-K comes from exactly the weights of
+  ``old_log_probs``. Where verl has the policy-loss logits seam, verl's own trainer tags the passes
+  (:func:`troll_verl.integration.seam.seam_available`) and these overrides step aside.
+
+With ``loss_mode`` other than ``troll`` each behaves exactly like the verl trainer it extends (the clip baselines).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import ClassVar
+
+import ray
+from omegaconf import DictConfig, open_dict
+from verl.experimental.separation.engine_workers import DetachActorWorker
+from verl.trainer.ppo.v1.trainer_base import TRAINER_REGISTRY
+from verl.trainer.ppo.v1.trainer_colocate_async import PPOTrainerColocateAsync
+from verl.trainer.ppo.v1.trainer_separate_async import PPOTrainerSeparateAsync
+from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
+from verl.workers.engine_workers import ActorRolloutRefWorker, TrainingWorker
+from verl.workers.rollout.llm_server import FullyAsyncLLMServerClient
+
+from troll_verl.bypass.mode import (
+    TopKFullyAsyncLLMServerClient,
+    bypass_requested,
+    prepare_bypass,
+    put_old_topk_from_rollout,
+)
+from troll_verl.platform.cpu import cpu_platform_requested
+
+from .config import troll_loss_enabled, troll_trainer_mode, use_troll_policy_loss_config, validate_troll_config
+from .seam import seam_available
+from .workers import (
+    TROLL_OLD_PASS_KEY,
+    TROLL_OLD_SOURCE_KEY,
+    TROLL_UPDATE_KEY,
+    TrollActorRolloutRefWorker,
+    TrollDetachActorWorker,
+    TrollTrainingWorker,
+)
+
+logger = logging.getLogger(__name__)
+logger.setLevel(os.getenv("VERL_LOGGING_LEVEL", "INFO"))
+
+__all__ = [
+    "TrollTrainerMixin",
+    "TrollTrainer",
+    "TrollTrainerColocateAsync",
+    "TrollTrainerSeparateAsync",
+    "TROLL_TRAINERS",
+    "TRAINER_NAME",
+    "register_trainer",
+]
+
+# trainer.v1.trainer_mode that selects TROLL on verl's sync trainer (python -m troll_verl.main presets it)
+TRAINER_NAME = "troll"
+
+# Replay-buffer poll interval on the CPU platform (verl's default is 2 s).
+CPU_REPLAY_POLL_S = 0.05
+
+# verl's worker classes -> TROLL's (identical unless TROLL's flags are set)
+_WORKER_SWAP = {
+    ActorRolloutRefWorker: TrollActorRolloutRefWorker,
+    DetachActorWorker: TrollDetachActorWorker,
+    TrainingWorker: TrollTrainingWorker,
+}
+
+
+class TrollTrainerMixin:
+    """TROLL's additions to a verl v1 trainer (see the module docstring); put it first in the bases.
+
+    Args:
+        config: the full verl config (``ppo_trainer`` plus overrides).
+    """
+
+    # verl's trainer_mode this trainer runs as (its code paths and trainer.v1.<mode> settings)
+    troll_base_mode: ClassVar[str]
+
+    def __init__(self, config: DictConfig):
+        self.troll_enabled = troll_loss_enabled(config)
+        self.troll_settings = validate_troll_config(config) if self.troll_enabled else None
+        if self.troll_enabled:
+            use_troll_policy_loss_config(config)
+        # bypass mode: the old distribution is the vLLM rollout's top-K and no old-log-prob pass runs (bypass.py)
+        self.troll_bypass = self.troll_enabled and bypass_requested(config)
+        self.troll_rollout_topk = prepare_bypass(config, self.troll_settings) if self.troll_bypass else None
+        # NOTE: verl keys its sync-vs-async behaviour off trainer.v1.trainer_mode; run as verl's own mode.
+        with open_dict(config):
+            config.trainer.v1.trainer_mode = self.troll_base_mode
+        # TROLL's own pass flags, only where verl lacks the policy-loss logits seam
+        self.troll_flags = self.troll_enabled and not seam_available()
+        if self.troll_bypass and not self.troll_flags:
+            # NOTE: the mismatch metric lives in TROLL's loss function, which verl's own ppo_loss replaces on the seam
+            logger.warning(
+                "TROLL bypass mode on a verl with the policy-loss logits seam: troll/mismatch_kl and "
+                "troll/mismatch_projected_frac are not reported on this route (TROLL's loss function reports them on "
+                "stock verl), and this combination has not run end to end; check troll/projected_frac on the first "
+                "steps."
+            )
+        super().__init__(config)
+        if cpu_platform_requested():
+            # NOTE: verl's replay buffer polls the TransferQueue every 2 s, which dominates a CPU step (~0.7 s).
+            self.replay_buffer.poll_interval = CPU_REPLAY_POLL_S
+
+    def _init_resource_pool_mgr(self):
+        super()._init_resource_pool_mgr()
+        for role, remote_cls in list(self.role_worker_mapping.items()):
+            original = getattr(remote_cls, "__ray_actor_class__", remote_cls)
+            if original in _WORKER_SWAP:
+                self.role_worker_mapping[role] = ray.remote(_WORKER_SWAP[original])
+
+    def get_llm_client(self):
+        client = super().get_llm_client()
+        if self.troll_bypass and type(client) is FullyAsyncLLMServerClient:
+            # NOTE: verl's abort-and-resume client (asynchronous trainers) drops the server's extra fields; the same
+            # client (config and load balancer) as TROLL's subclass keeps the top-K.
+            client = TopKFullyAsyncLLMServerClient(config=client.config, load_balancer_handle=client._load_balancer)
+        return client
+
+    def _compute_old_log_prob(self, batch, metrics: dict):
+        if self.troll_bypass:
+            metrics.update(
+                put_old_topk_from_rollout(
+                    batch,
+                    self.troll_settings,
+                    topk=self.troll_rollout_topk,
+                    response_length=self.config.actor_rollout_ref.rollout.response_length,
+                )  # fmt: skip
+            )
+            return batch
+        if not self.troll_flags:
+            return super()._compute_old_log_prob(batch, metrics)
+        batch.extra_info[TROLL_OLD_PASS_KEY] = True
+        try:
+            out = super()._compute_old_log_prob(batch, metrics)
+        finally:
+            batch.extra_info[TROLL_OLD_PASS_KEY] = False
+        if out is not None and out is not batch:
+            out.extra_info[TROLL_OLD_PASS_KEY] = False
+        return out
+
+    def _compute_ref_log_prob(self, batch, metrics: dict):
+        # The reference pass (also LoRA's reference-through-actor pass) must never store TROLL's old top-K.
+        if self.troll_flags:
+            batch.extra_info[TROLL_OLD_PASS_KEY] = False
+        return super()._compute_ref_log_prob(batch, metrics)
+
+    def _update_actor(self, batch, metrics: dict):
+        if not self.troll_flags:
+            return super()._update_actor(batch, metrics)
+        batch.extra_info[TROLL_UPDATE_KEY] = True
+        batch.extra_info[TROLL_OLD_SOURCE_KEY] = self.troll_bypass
+        try:
+            return super()._update_actor(batch, metrics)
+        finally:
+            batch.extra_info[TROLL_UPDATE_KEY] = False
+            batch.extra_info[TROLL_OLD_SOURCE_KEY] = False
+
+
+class TrollTrainer(TrollTrainerMixin, PPOTrainerSync):
+    """verl's sync PPO trainer with TROLL (``trainer.v1.trainer_mode=troll`` or ``troll_sync``)."""
+
+    troll_base_mode = "sync"
+
+
+class TrollTrainerColocateAsync(TrollTrainerMixin, PPOTrainerColocateAsync):
+    """verl's colocated asynchronous PPO trainer with TROLL (``trainer.v1.trainer_mode=troll_colocate_async``)."""
+
+    troll_base_mode = "colocate_async"
+
+
+class TrollTrainerSeparateAsync(TrollTrainerMixin, PPOTrainerSeparateAsync):
+    """verl's separate-rollout asynchronous PPO trainer with TROLL (``trainer.v1.trainer_mode=troll_separate_async``).
+
+    NOTE: verl's checkpoint engines for a standalone rollout pool need NCCL-class backends, so this mode has not run
+    end to end here (CPU only); its pass flags are unit-tested and the dry run validates its config.
+    """
+
+    troll_base_mode = "separate_async"
+
+    def __init__(self, config: DictConfig):
+        troll = troll_loss_enabled(config)
+        super().__init__(config)  # validates first
+        if troll:
+            logger.warning(
+                "TROLL with trainer.v1.trainer_mode=troll_separate_async: verl's separate-rollout trainer has not run "
+                "end to end with TROLL yet (its checkpoint engines need NCCL-class backends, which CPU testing "
+                "lacks); the pass flags around verl's pi_old weight swap are unit-tested. Check troll/* metrics on "
+                "your first steps."
+            )
+
+
+# trainer.v1.trainer_mode -> TROLL trainer ("troll" and its alias "troll_sync": verl's sync trainer)
+TROLL_TRAINERS = {
+    troll_trainer_mode(cls.troll_base_mode): cls
+    for cls in (TrollTrainer, TrollTrainerColocateAsync, TrollTrainerSeparateAsync)
+}
+TROLL_TRAINERS["troll_sync"] = TrollTrainer
+
+
+def register_trainer() -> None:
+    """Register every TROLL trainer in verl's v1 trainer registry (refusing a name taken by another class)."""
+    from verl.trainer.ppo.v1.trainer_base import register_trainer as _register
+
+    for name, cls in TROLL_TRAINERS.items():
+        existing = TRAINER_REGISTRY.get(name)
+        if existing is not None and existing is not cls:
+            raise RuntimeError(
+                f"verl's trainer registry already has {name!r} ({existing.__module__}.{existing.__qualname__}); "
+                "uninstall the other plugin."
+            )
+    for name, cls in TROLL_TRAINERS.items():
+        _register(name)(cls)
+
+
+register_trainer()
