@@ -101,7 +101,7 @@ def test_registered_loss_called_by_plain_ppo_loss_names_the_fix():
 
 
 def test_version_guard_names_the_range():
-    from troll_verl.integration.plugin import VerlVersionError, check_verl_version
+    from troll_verl.compat import VerlVersionError, check_verl_version
 
     assert check_verl_version("0.9.1") == "0.9.1"
     for bad in ("0.8.2", "0.10.0", "1.0.0"):
@@ -110,12 +110,12 @@ def test_version_guard_names_the_range():
 
 
 def test_untested_verl_is_an_explicit_loud_opt_in(monkeypatch, caplog):
-    from troll_verl.integration.plugin import ALLOW_UNTESTED_VERL_ENV, VerlVersionError, check_verl_version
+    from troll_verl.compat import ALLOW_UNTESTED_VERL_ENV, VerlVersionError, check_verl_version
 
     with pytest.raises(VerlVersionError, match=ALLOW_UNTESTED_VERL_ENV + "=1"):
         check_verl_version("0.10.0.dev0")
     monkeypatch.setenv(ALLOW_UNTESTED_VERL_ENV, "1")
-    with caplog.at_level("WARNING", logger="troll_verl.integration.plugin"):
+    with caplog.at_level("WARNING", logger="troll_verl.compat"):
         assert check_verl_version("0.10.0.dev0") == "0.10.0.dev0"
     assert "UNTESTED verl 0.10.0.dev0" in caplog.text
     monkeypatch.setenv(ALLOW_UNTESTED_VERL_ENV, "yes")  # only "1" opts in

@@ -31,7 +31,7 @@ def _run(code: str, **env) -> subprocess.CompletedProcess:
 
 
 def test_vllm_version_guard_names_the_tested_versions(monkeypatch):
-    from troll_verl.platform.vllm_cpu import ALLOW_UNTESTED_VLLM_ENV, TESTED_VLLM_VERSIONS, check_vllm_version
+    from troll_verl.compat import ALLOW_UNTESTED_VLLM_ENV, TESTED_VLLM_VERSIONS, check_vllm_version
 
     assert check_vllm_version(TESTED_VLLM_VERSIONS[0] + "+cpu") == TESTED_VLLM_VERSIONS[0] + "+cpu"
     monkeypatch.delenv(ALLOW_UNTESTED_VLLM_ENV, raising=False)

@@ -37,8 +37,9 @@ def prepare(config: DictConfig) -> DictConfig:
     from verl.utils.config import validate_config
     from verl.utils.device import auto_set_device
 
+    from troll_verl.compat import check_verl_version
     from troll_verl.integration.config import troll_loss_enabled, validate_troll_config
-    from troll_verl.integration.plugin import check_verl_version, register
+    from troll_verl.integration.plugin import register
     from troll_verl.platform.resources import apply_ray_resources, check_cpu_settings
 
     check_verl_version()

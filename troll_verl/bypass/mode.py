@@ -43,6 +43,7 @@ import numpy as np
 import torch
 from omegaconf import OmegaConf, open_dict
 
+from troll_verl.compat import rollout_replica_loader
 from troll_verl.core.config import TrollConfig
 from troll_verl.core.layout import OLD_FIELDS
 
@@ -197,7 +198,7 @@ def install_topk_rollout() -> None:
     from verl.workers.rollout.vllm_rollout.vllm_async_server import vLLMReplica
 
     registry = replica_module.RolloutReplicaRegistry
-    existing = registry._registry.get(_VLLM)
+    existing = rollout_replica_loader(_VLLM)
     if existing is not None and existing is not _load_topk_replica and not issubclass(existing(), vLLMReplica):
         raise RuntimeError(
             f"verl's rollout registry maps {_VLLM!r} to {existing!r}, not a vLLM replica; TROLL's bypass mode cannot "

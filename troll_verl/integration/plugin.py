@@ -55,57 +55,27 @@ import sys
 import threading
 from collections.abc import Callable
 
+from ..compat import (
+    VerlVersionError,
+    check_verl_version,
+    engine_registry_entry,
+    is_verls_rollout_loader,
+    registered_policy_loss,
+    rollout_replica_loader,
+)
 from .seam import seam_available
 
 logger = logging.getLogger(__name__)
 
-SUPPORTED_VERL = (">=0.9.0", "<0.10")
-ALLOW_UNTESTED_VERL_ENV = "TROLL_VERL_ALLOW_UNTESTED_VERL"
 POLICY_LOSS_NAME = "troll"
 VLLM_ROLLOUT_NAME = "vllm"
 
 __all__ = [
     "register",
-    "check_verl_version",
     "troll_policy_loss",
-    "SUPPORTED_VERL",
-    "ALLOW_UNTESTED_VERL_ENV",
     "POLICY_LOSS_NAME",
     "VLLM_ROLLOUT_NAME",
 ]
-
-
-class VerlVersionError(RuntimeError):
-    """verl outside the range troll-verl supports."""
-
-
-def check_verl_version(version: str | None = None) -> str:
-    """Return verl's version; raise :class:`VerlVersionError` unless it is in :data:`SUPPORTED_VERL`.
-
-    ``TROLL_VERL_ALLOW_UNTESTED_VERL=1`` (:data:`ALLOW_UNTESTED_VERL_ENV`) turns the refusal into a loud warning, for
-    trying a newer verl (e.g. ``main``'s 0.10.0.dev) at one's own risk: the plugin follows verl 0.9's internals.
-    """
-    import os
-
-    from packaging.specifiers import SpecifierSet
-    from packaging.version import Version
-
-    if version is None:
-        import verl
-
-        version = verl.__version__
-    spec = SpecifierSet(",".join(SUPPORTED_VERL))
-    if Version(version) in spec:
-        return version
-    message = (
-        f"troll-verl supports verl {' '.join(SUPPORTED_VERL)} (its engine hooks, loss closure and trainer "
-        f"follow verl 0.9's internals); found verl {version}. Install a supported verl, e.g. "
-        f"pip install 'verl[verl-core]==0.9.1', or set {ALLOW_UNTESTED_VERL_ENV}=1 to try this one untested."
-    )
-    if os.environ.get(ALLOW_UNTESTED_VERL_ENV, "") == "1":
-        logger.warning("UNTESTED verl %s: %s", version, message)
-        return version
-    raise VerlVersionError(message)
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -232,7 +202,7 @@ def troll_policy_loss_spec(core_algos):
 
 
 def _register_policy_loss(core_algos) -> None:
-    existing = core_algos.POLICY_LOSS_REGISTRY.get(POLICY_LOSS_NAME)
+    existing = registered_policy_loss(POLICY_LOSS_NAME)
     if existing is not None and existing is not troll_policy_loss:
         raise RuntimeError(
             f"verl's policy-loss registry already has {POLICY_LOSS_NAME!r} ({existing.__module__}."
@@ -256,7 +226,7 @@ def _register_cpu_engines(_engine_package) -> None:
 
     for model_type, cls in (("language_model", FSDPEngineWithLMHead), ("value_model", FSDPEngineWithValueHead)):
         for backend in ("fsdp", "fsdp2"):
-            taken = EngineRegistry._engines.get(model_type, {}).get(backend, {}).get("cpu")
+            taken = engine_registry_entry(model_type, backend, "cpu")
             if taken is not None and taken is not cls:
                 raise RuntimeError(
                     f"verl's engine registry already maps ({model_type}, {backend}, cpu) to {taken.__name__}; "
@@ -273,14 +243,13 @@ def _load_cpu_vllm_replica():
 def _register_cpu_vllm_replica(replica_module) -> None:
     # Replaces verl's loader for "vllm" (keeping the name keeps every rollout.name == "vllm" branch of verl); only
     # ever called on the CPU platform, where verl's own refit cannot work (see troll_verl/platform/vllm_cpu.py).
-    registry = replica_module.RolloutReplicaRegistry
-    existing = registry._registry.get(VLLM_ROLLOUT_NAME)
-    if existing is not None and existing is not _load_cpu_vllm_replica and existing is not replica_module._load_vllm:
+    existing = rollout_replica_loader(VLLM_ROLLOUT_NAME)
+    if existing is not None and existing is not _load_cpu_vllm_replica and not is_verls_rollout_loader(existing):
         raise RuntimeError(
             f"verl's rollout registry maps {VLLM_ROLLOUT_NAME!r} to {existing!r}, not verl's own vLLM replica; "
             "troll-verl's CPU platform cannot install its CPU refit there. Uninstall the other plugin."
         )
-    registry.register(VLLM_ROLLOUT_NAME, _load_cpu_vllm_replica)
+    replica_module.RolloutReplicaRegistry.register(VLLM_ROLLOUT_NAME, _load_cpu_vllm_replica)
 
 
 def _register_cpu_platform() -> None:

@@ -51,7 +51,6 @@ from typing import ClassVar
 import ray
 from omegaconf import DictConfig, open_dict
 from verl.experimental.separation.engine_workers import DetachActorWorker
-from verl.trainer.ppo.v1.trainer_base import TRAINER_REGISTRY
 from verl.trainer.ppo.v1.trainer_colocate_async import PPOTrainerColocateAsync
 from verl.trainer.ppo.v1.trainer_separate_async import PPOTrainerSeparateAsync
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
@@ -64,6 +63,7 @@ from troll_verl.bypass.mode import (
     prepare_bypass,
     put_old_topk_from_rollout,
 )
+from troll_verl.compat import rebuild_llm_client, registered_trainer
 from troll_verl.platform.cpu import cpu_platform_requested
 
 from .config import troll_loss_enabled, troll_trainer_mode, use_troll_policy_loss_config, validate_troll_config
@@ -152,7 +152,7 @@ class TrollTrainerMixin:
         if self.troll_bypass and type(client) is FullyAsyncLLMServerClient:
             # NOTE: verl's abort-and-resume client (asynchronous trainers) drops the server's extra fields; the same
             # client (config and load balancer) as TROLL's subclass keeps the top-K.
-            client = TopKFullyAsyncLLMServerClient(config=client.config, load_balancer_handle=client._load_balancer)
+            client = rebuild_llm_client(client, TopKFullyAsyncLLMServerClient)
         return client
 
     def _compute_old_log_prob(self, batch, metrics: dict):
@@ -241,7 +241,7 @@ def register_trainer() -> None:
     from verl.trainer.ppo.v1.trainer_base import register_trainer as _register
 
     for name, cls in TROLL_TRAINERS.items():
-        existing = TRAINER_REGISTRY.get(name)
+        existing = registered_trainer(name)
         if existing is not None and existing is not cls:
             raise RuntimeError(
                 f"verl's trainer registry already has {name!r} ({existing.__module__}.{existing.__qualname__}); "

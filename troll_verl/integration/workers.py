@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import torch
 from tensordict import TensorDict
+from torch.distributed.tensor import DTensor
 from verl.experimental.separation.engine_workers import DetachActorWorker
 from verl.single_controller.base.decorator import Dispatch, make_nd_compute_dataproto_dispatch_fn, register
 from verl.utils import tensordict_utils as tu
@@ -46,6 +47,9 @@ from troll_verl.platform.cpu import detach_cpu_copy, init_cpu_process_group
 
 from .loss_fn import TROLL_MODE_KEY, TrollLossFn
 from .seam import seam_available
+
+# the roles of verl's actor worker that train (verl's ActorRolloutRefWorker tests the same list)
+_ACTOR_ROLES = ("actor", "actor_rollout", "actor_rollout_ref")
 
 __all__ = [
     "TrollActorWorkerMixin",
@@ -90,7 +94,7 @@ class TrollActorWorkerMixin:
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def init_model(self):
         super().init_model()
-        if self._is_actor and troll_enabled(self.config.actor) and self.troll_flags:
+        if self.role in _ACTOR_ROLES and troll_enabled(self.config.actor) and self.troll_flags:
             self.troll_loss_fn = TrollLossFn(omega_conf_to_dataclass(self.config.actor))
             self.loss_fn = self.troll_loss_fn
             self.actor.set_loss_fn(self.troll_loss_fn)
@@ -143,7 +147,7 @@ def _aliases_parameters(state, module) -> bool:
     """Whether any tensor in ``state`` (tuples, lists, dicts walked) shares storage with a parameter of ``module``."""
     live = set()
     for param in module.parameters():
-        local = getattr(param, "_local_tensor", param)  # a DTensor's shard on this rank
+        local = param.to_local() if isinstance(param, DTensor) else param  # a DTensor's shard on this rank
         live.add(local.untyped_storage().data_ptr())
     stack = [state]
     while stack:

