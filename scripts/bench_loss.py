@@ -45,10 +45,10 @@ from verl.utils.metric import Metric
 from verl.utils.torch_functional import logprobs_from_logits
 from verl.workers.config import FSDPActorConfig
 
+from troll_verl.config import TrollPolicyLossConfig
 from troll_verl.core.losses import compute_policy_loss_troll
 from troll_verl.core.projection import project
 from troll_verl.core.sparse import old_topk_from_logits, troll_sparse_from_logits
-from troll_verl.integration.config import TrollPolicyLossConfig
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 

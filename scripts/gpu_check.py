@@ -43,7 +43,7 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CORE_TESTS = ["tests/test_projection_on_cpu.py", "tests/test_sparse_on_cpu.py", "tests/test_losses_on_cpu.py"]
+CORE_TESTS = [f"tests/core/test_{name}_on_cpu.py" for name in ("projection", "sparse", "losses")]
 QWEN3_SHAPES = ["8192x2560x151936", "8192x4096x151936"]  # Qwen3-4B and -8B: N x H x V
 STAGE_LIMIT_S = {"env": 60, "core": 200, "bench_loss": 180, "engine": 180}
 
@@ -119,11 +119,10 @@ def stage_engine(out_dir: str) -> dict:
     if tiny:
         os.environ["VERL_PLATFORM"] = "cpu"  # before verl is imported
     import torch.distributed as dist
+    from verl.utils import tensordict_utils as tu
 
     import troll_verl.integration.plugin  # noqa: F401 - registers TROLL's loss, and the CPU platform where selected
-
-    sys.path.insert(0, os.path.join(ROOT, "tests"))
-    from _verl_engine import (
+    from troll_verl.testing.verl_engine import (
         CPU_OVERRIDES,
         compose_config,
         free_port,
@@ -132,7 +131,6 @@ def stage_engine(out_dir: str) -> dict:
         tiny_model_dir,
         update_batch,
     )
-    from verl.utils import tensordict_utils as tu
 
     vocab, hidden, layers, seqs, prompt, response = (128, 64, 2, 4, 8, 24) if tiny else (151936, 1024, 4, 16, 64, 448)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")

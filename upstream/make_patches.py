@@ -72,17 +72,17 @@ MODULES = {
     "troll_verl/core/megatron/losses.py": "verl/trainer/troll/megatron/losses.py",
     "troll_verl/core/config.py": "verl/workers/config/troll.py",
 }
-# package test -> path in verl's tree (PR 2); tests/_reference.py is their shared brute-force reference
+# package test -> path in verl's tree (PR 2); troll_verl/testing/reference.py is their shared brute-force reference
 TESTS = {
-    "tests/_reference.py": "tests/trainer/ppo/_troll_reference.py",
-    "tests/test_projection_on_cpu.py": "tests/trainer/ppo/test_troll_projection_on_cpu.py",
-    "tests/test_sparse_on_cpu.py": "tests/trainer/ppo/test_troll_sparse_on_cpu.py",
-    "tests/test_losses_on_cpu.py": "tests/trainer/ppo/test_troll_losses_on_cpu.py",
-    "tests/test_seam_on_cpu.py": "tests/trainer/ppo/test_troll_ppo_loss_on_cpu.py",
+    "troll_verl/testing/reference.py": "tests/trainer/ppo/_troll_reference.py",
+    "tests/core/test_projection_on_cpu.py": "tests/trainer/ppo/test_troll_projection_on_cpu.py",
+    "tests/core/test_sparse_on_cpu.py": "tests/trainer/ppo/test_troll_sparse_on_cpu.py",
+    "tests/core/test_losses_on_cpu.py": "tests/trainer/ppo/test_troll_losses_on_cpu.py",
+    "tests/integration/test_seam_on_cpu.py": "tests/trainer/ppo/test_troll_ppo_loss_on_cpu.py",
 }
 _SUBMODULES = "projection|sparse|layout|terms|losses|fsdp|megatron"
 _USES_SETTINGS = ("troll_verl/core/terms.py", "troll_verl/core/fsdp/losses.py", "troll_verl/core/megatron/losses.py")
-_USES_CONFIG = ("tests/test_losses_on_cpu.py", "tests/test_seam_on_cpu.py")
+_USES_CONFIG = ("tests/core/test_losses_on_cpu.py", "tests/integration/test_seam_on_cpu.py")
 # (pattern, replacement, the sources it must match in); regular expressions, applied to every generated file in order
 REWRITES = [
     (r"from \.{1,2}config import", "from verl.workers.config.troll import", _USES_SETTINGS),
@@ -90,9 +90,10 @@ REWRITES = [
      ("troll_verl/core/config.py",)),
     (rf"\btroll_verl\.core\.({_SUBMODULES})\b", r"verl.trainer.troll.\1", ()),
     (r"\btroll_verl\.core\.config\b", "verl.workers.config.troll", ()),
-    (r"from _reference import", "from tests.trainer.ppo._troll_reference import",
-     ("tests/test_projection_on_cpu.py", "tests/test_sparse_on_cpu.py", "tests/test_losses_on_cpu.py")),
-    (r"sharing no code with troll_verl", "sharing no code with verl.trainer.troll", ("tests/_reference.py",)),
+    (r"from troll_verl\.testing\.reference import", "from tests.trainer.ppo._troll_reference import",
+     ("tests/core/test_projection_on_cpu.py", "tests/core/test_sparse_on_cpu.py", "tests/core/test_losses_on_cpu.py")),
+    (r"sharing no code with troll_verl", "sharing no code with verl.trainer.troll",
+     ("troll_verl/testing/reference.py",)),
     # the plugin's flat TrollPolicyLossConfig is verl's PolicyLossConfig with a nested TrollConfig upstream
     (r"from verl\.workers\.config import FSDPActorConfig\n",
      "from verl.workers.config import FSDPActorConfig, PolicyLossConfig, TrollConfig\n", _USES_CONFIG),
@@ -101,7 +102,7 @@ REWRITES = [
      _USES_CONFIG),
     # the package's seam test skips on a verl without the seam; verl's own copy has it
     (r'pytestmark = pytest\.mark\.skipif\(not hasattr\(core_algos, "PolicyLossSpec"\).*\n\n', "",
-     ("tests/test_seam_on_cpu.py",)),
+     ("tests/integration/test_seam_on_cpu.py",)),
     # loss "troll" registers itself with verl, its hooks in its PolicyLossSpec
     (r"from verl\.trainer\.ppo\.core_algos import agg_loss\n",
      "from verl.trainer.ppo.core_algos import PolicyLossSpec, agg_loss, register_policy_loss\n",

@@ -208,7 +208,7 @@ def install_topk_rollout() -> None:
     registry.register(_VLLM, _load_topk_replica)
 
 
-# verl 0.9 signatures this module relies on (checked by check_bypass_seams; tests/test_bypass_on_cpu.py)
+# verl 0.9 signatures this module relies on (checked by check_bypass_seams; tests/bypass/test_bypass_on_cpu.py)
 _SERVER_GENERATE_HEAD = ("self", "prompt_ids", "sampling_params", "request_id")
 
 

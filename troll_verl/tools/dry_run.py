@@ -158,8 +158,8 @@ def _n_gpus(config: DictConfig) -> int:
 
 
 # verl 0.9.1's start-up assertions that no callable verl function performs: each is inline in a method that needs a
-# live worker, engine or batch, so the dry run keeps a copy. tests/test_dry_run_on_cpu.py checks that verl's source
-# still holds each of these statements, so a verl that changes one fails the tests instead of drifting silently.
+# live worker, engine or batch, so the dry run keeps a copy. tests/tools/test_dry_run_on_cpu.py checks that verl's
+# source still holds each of these statements, so a verl that changes one fails the tests instead of drifting silently.
 VERL_INLINE_CHECKS = {
     "verl/workers/engine_workers.py": (
         "assert self.world_size % infer_world_size == 0",

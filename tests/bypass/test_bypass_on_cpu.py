@@ -1,0 +1,387 @@
+# Copyright 2026 The troll-verl authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""TROLL in bypass mode (troll_verl.bypass.mode, troll_verl.bypass.vllm_topk): the refusals, the config TROLL's
+trainer prepares,
+the server's top-K (with vLLM's own SamplingParams), the asynchronous client across resumed chunks, the trainer's
+old-log-prob step on verl's batch layout, and (slow) vLLM-CPU's top-K against the actor's own old pass.
+
+The end-to-end runs through verl's trainer are in tests/e2e/test_e2e_on_cpu.py and tests/assets/test_smollm2_on_cpu.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from troll_verl.bypass import mode as bypass
+from troll_verl.bypass.rollout_topk import old_topk_from_rollout
+from troll_verl.core.config import TrollConfig
+from troll_verl.integration.config import validate_troll_config
+from troll_verl.testing.verl_engine import compose_config, tiny_model_dir
+from troll_verl.testing.vllm_topk import flat_logprobs
+
+BYPASS = ("algorithm.rollout_correction.bypass_mode=true", "actor_rollout_ref.rollout.name=vllm")
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# refusals and the prepared config
+
+
+@pytest.mark.parametrize(
+    ("override", "match"),
+    [
+        ("actor_rollout_ref.rollout.name=sglang", r"rollout.name=sglang\. Set actor_rollout_ref.rollout.name=vllm"),
+        ("actor_rollout_ref.rollout.calculate_log_probs=false", r"calculate_log_probs=true"),
+        ("actor_rollout_ref.rollout.logprobs_mode=raw_logprobs", r"logprobs_mode=processed_logprobs"),
+        ("actor_rollout_ref.rollout.top_p=0.9", r"top_p=0.9: .* Set actor_rollout_ref.rollout.top_p=1.0"),
+        ("actor_rollout_ref.rollout.top_k=50", r"top_k=50: .* Set actor_rollout_ref.rollout.top_k=-1"),
+        ("+actor_rollout_ref.rollout.repetition_penalty=1.1", r"repetition_penalty=1.0"),
+        ("actor_rollout_ref.rollout.multi_turn.enable=true", r"single-turn agent loop only"),
+        ("+actor_rollout_ref.rollout.engine_kwargs.vllm.max_logprobs=8", r"max_logprobs=64 \(or leave it unset"),
+        ("actor_rollout_ref.rollout.agent.default_agent_loop=tool_agent", r"default_agent_loop=single_turn_agent"),
+        ("actor_rollout_ref.rollout.agent.agent_loop_config_path=loops.yaml", r"agent_loop_config_path=null"),
+        ("actor_rollout_ref.rollout.temperature=0", r"temperature=0: vLLM.s greedy path .*rollout.temperature>0"),
+    ],
+)
+def test_bypass_refusals_name_the_fix(override, match):
+    with pytest.raises(ValueError, match=match) as info:
+        validate_troll_config(compose_config("/nonexistent", *BYPASS, override))
+    assert "bypass_mode=false" in str(info.value) or "max_logprobs" in str(info.value)
+
+
+def test_max_logprobs_minus_one_is_the_whole_vocabulary():
+    override = "+actor_rollout_ref.rollout.engine_kwargs.vllm.max_logprobs=-1"
+    assert validate_troll_config(compose_config("/nonexistent", *BYPASS, override)).topk == 64
+
+
+@pytest.mark.parametrize("mode", ["troll", "troll_colocate_async", "troll_separate_async"])
+def test_bypass_is_accepted_in_every_trainer_mode(mode):
+    settings = validate_troll_config(compose_config("/nonexistent", *BYPASS, f"trainer.v1.trainer_mode={mode}"))
+    assert settings.topk == 64
+
+
+@pytest.fixture
+def replica_registry(monkeypatch):
+    """verl's replica registry, restored after the test."""
+    import verl.workers.rollout.replica as replica_module
+
+    registry = replica_module.RolloutReplicaRegistry
+    monkeypatch.setattr(registry, "_registry", dict(registry._registry))
+    return registry
+
+
+@pytest.mark.parametrize("platform", ["cpu", None])
+def test_prepare_sets_k_and_max_logprobs_and_installs_the_topk_replica(replica_registry, monkeypatch, platform):
+    from verl.workers.rollout.replica import get_rollout_replica_class
+
+    from troll_verl.bypass.vllm_topk import TopKCPUvLLMReplica, TopKvLLMReplica, rollout_topk
+
+    if platform:
+        monkeypatch.setenv("VERL_PLATFORM", platform)
+    else:
+        monkeypatch.delenv("VERL_PLATFORM", raising=False)
+    config = compose_config("/nonexistent", *BYPASS, "actor_rollout_ref.actor.policy_loss.topk=16")
+    settings = validate_troll_config(config)
+    assert bypass.prepare_bypass(config, settings) == 16
+    rollout = config.actor_rollout_ref.rollout
+    assert rollout.custom.troll_topk == 16 and rollout.engine_kwargs.vllm.max_logprobs == 16
+    assert get_rollout_replica_class("vllm") is (TopKCPUvLLMReplica if platform else TopKvLLMReplica)
+    # what verl's server receives: the RolloutConfig dataclass built from this config
+    from verl.utils.config import omega_conf_to_dataclass
+
+    assert rollout_topk(omega_conf_to_dataclass(rollout)) == 16
+    # a user's larger max_logprobs is kept
+    config = compose_config("/nonexistent", *BYPASS, "+actor_rollout_ref.rollout.engine_kwargs.vllm.max_logprobs=100")
+    bypass.prepare_bypass(config, validate_troll_config(config))
+    assert config.actor_rollout_ref.rollout.engine_kwargs.vllm.max_logprobs == 100
+
+
+@pytest.mark.parametrize("seam", [False, True])
+def test_trainer_in_bypass_mode_warns_where_the_mismatch_metric_is_not_reported(replica_registry, monkeypatch,
+                                                                                 caplog, seam):  # fmt: skip
+    """On a verl with the policy-loss logits seam, verl's ppo_loss replaces TROLL's loss function (which reports
+    troll/mismatch_kl): TROLL's trainer says so instead of leaving the metric silently absent."""
+    import troll_verl.integration.trainer as trainer_module
+
+    class _Base:  # verl's trainer, whose start-up is not under test here
+        def __init__(self, config):
+            self.config, self.replay_buffer = config, SimpleNamespace(poll_interval=2.0)
+
+    class _Trainer(trainer_module.TrollTrainerMixin, _Base):
+        troll_base_mode = "sync"
+
+    monkeypatch.setattr(trainer_module, "seam_available", lambda: seam)
+    with caplog.at_level("WARNING", logger=trainer_module.logger.name):
+        trainer = _Trainer(compose_config("/nonexistent", *BYPASS, "trainer.v1.trainer_mode=troll"))
+    assert trainer.troll_bypass and trainer.troll_flags is not seam
+    warned = [r for r in caplog.records if "troll/mismatch_kl" in r.getMessage()]
+    assert len(warned) == (1 if seam else 0)
+
+
+def test_another_plugins_rollout_is_not_overwritten(replica_registry):
+    replica_registry.register("vllm", lambda: object)
+    with pytest.raises(RuntimeError, match="not a vLLM replica.*bypass_mode=false"):
+        bypass.install_topk_rollout()
+
+
+def test_version_guard_names_what_changed(monkeypatch):
+    from verl.workers.rollout.vllm_rollout.vllm_async_server import vLLMHttpServer
+
+    bypass.check_bypass_seams()  # verl 0.9.1 and the pinned vLLM
+
+    async def generate(self, request_id, prompt_ids, sampling_params):
+        pass
+
+    monkeypatch.setattr(vLLMHttpServer, "generate", generate)
+    with pytest.raises(RuntimeError, match=r"vLLMHttpServer.generate starts with .*bypass_mode=false"):
+        bypass.check_bypass_seams()
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# the server: verl's generate (here a stand-in with vLLM's real SamplingParams) under TopKServerMixin
+
+
+class _FakeEngine:
+    """Generates ``len(prompt)`` tokens; with logprobs=K returns, per position, the sampled token and K ranked ones."""
+
+    def __init__(self):
+        self.seen = []
+
+    def sleep(self):
+        return "asleep"
+
+    async def generate(self, *, prompt, sampling_params, request_id, **kwargs):
+        self.seen.append((request_id, sampling_params.logprobs, sampling_params.flat_logprobs))
+        n = len(prompt["prompt_token_ids"])
+        tokens = [100 + t for t in range(n)]
+        k = sampling_params.logprobs or 0
+        rows = [[(tok, -0.5)] + [(tok + r, -0.5 - r) for r in range(k)] for tok in tokens]
+        await asyncio.sleep(0.01)
+        yield SimpleNamespace(outputs=[SimpleNamespace(token_ids=tokens[: n // 2], logprobs=None)])
+        await asyncio.sleep(0.01)
+        if sampling_params.flat_logprobs:
+            logprobs = flat_logprobs(rows)
+        else:  # vLLM's default container: one dict per position
+            logprobs = [{tok: SimpleNamespace(logprob=lp) for tok, lp in row} for row in rows]
+        yield SimpleNamespace(outputs=[SimpleNamespace(token_ids=tokens, logprobs=logprobs)])
+
+
+class _VerlLikeServer:
+    """What verl's vLLMHttpServer does around the engine: SamplingParams with logprobs 0, the sampled log-probs."""
+
+    def __init__(self, config):
+        self.config = config
+
+    async def run_server(self, args):
+        self.engine = _FakeEngine()
+
+    async def generate(self, prompt_ids, sampling_params, request_id, image_data=None):
+        from vllm import SamplingParams
+
+        sampling_params = SamplingParams(max_tokens=8, logprobs=0 if sampling_params.pop("logprobs") else None)
+        final = None
+        async for output in self.engine.generate(prompt={"prompt_token_ids": prompt_ids},
+                                                 sampling_params=sampling_params, request_id=request_id):  # fmt: skip
+            final = output
+        token_ids = final.outputs[0].token_ids
+        log_probs = [final.outputs[0].logprobs[i][tok].logprob for i, tok in enumerate(token_ids)]
+        return SimpleNamespace(token_ids=token_ids, log_probs=log_probs, extra_fields={"global_steps": 0})
+
+
+def _server(custom):
+    from troll_verl.bypass.vllm_topk import TopKServerMixin
+
+    class Server(TopKServerMixin, _VerlLikeServer):
+        pass
+
+    server = Server(SimpleNamespace(custom=custom))
+    asyncio.run(server.run_server(None))
+    return server
+
+
+def test_server_returns_the_topk_per_generated_token_and_keeps_verls_logprobs():
+    from troll_verl.bypass.vllm_topk import TOPK_IDS_FIELD, TOPK_LOGPROBS_FIELD, TopKEngineClient
+
+    server = _server({"troll_topk": 3})
+    assert isinstance(server.engine, TopKEngineClient) and server.engine.sleep() == "asleep"
+
+    async def both():
+        return await asyncio.gather(server.generate([1, 2, 3, 4], {"logprobs": True}, "a"),
+                                    server.generate([1, 2], {"logprobs": True}, "b"))  # fmt: skip
+
+    out_a, out_b = asyncio.run(both())  # concurrent requests never mix their arrays
+    for out, n in ((out_a, 4), (out_b, 2)):
+        ids, lps = out.extra_fields[TOPK_IDS_FIELD], out.extra_fields[TOPK_LOGPROBS_FIELD]
+        assert ids.dtype == np.int32 and lps.dtype == np.float32 and ids.shape == (n, 3)
+        assert ids.tolist() == [[100 + t, 101 + t, 102 + t] for t in range(n)]
+        assert np.allclose(lps, [-0.5, -1.5, -2.5]) and out.log_probs == [-0.5] * n  # verl's own read still works
+    assert sorted(server.engine._engine.seen) == [("a", 3, True), ("b", 3, True)]
+
+
+def test_server_without_the_key_is_verls():
+    server = _server(None)
+    assert isinstance(server.engine, _FakeEngine)
+    out = asyncio.run(server.generate([1, 2], {"logprobs": True}, "a"))
+    assert set(out.extra_fields) == {"global_steps"} and server.engine.seen == [("a", 0, False)]
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# the asynchronous trainers' client: resumed chunks
+
+
+def test_async_client_concatenates_the_topk_of_resumed_chunks(monkeypatch):
+    from verl.workers.rollout.llm_server import LLMServerClient
+    from verl.workers.rollout.replica import TokenOutput
+
+    from troll_verl.bypass.vllm_topk import TOPK_IDS_FIELD, TOPK_LOGPROBS_FIELD
+
+    chunks = [([1, 2], "aborted"), ([], "aborted"), ([3], "completed")]
+    calls = []
+
+    async def server_generate(self, request_id, *, prompt_ids, sampling_params, **kwargs):
+        tokens, stop = chunks[len(calls)]
+        calls.append(list(prompt_ids))
+        arrays = np.array([[t, t + 1] for t in tokens], dtype=np.int32).reshape(-1, 2)
+        return TokenOutput(token_ids=tokens, log_probs=[-0.1] * len(tokens), stop_reason=stop,
+                           extra_fields={"global_steps": len(calls), TOPK_IDS_FIELD: arrays,
+                                         TOPK_LOGPROBS_FIELD: -arrays.astype(np.float32)})  # fmt: skip
+
+    monkeypatch.setattr(LLMServerClient, "generate", server_generate)
+    monkeypatch.setattr(asyncio, "sleep", _no_sleep)
+    config = OmegaConf.create({"actor_rollout_ref": {"rollout": {"response_length": 8, "name": "vllm"}}})
+    client = bypass.TopKFullyAsyncLLMServerClient(config=config, load_balancer_handle=None)
+    out = asyncio.run(client.generate("r", prompt_ids=[7], sampling_params={}))
+    assert out.token_ids == [1, 2, 3] and calls == [[7], [7, 1, 2], [7, 1, 2]]
+    assert out.extra_fields[TOPK_IDS_FIELD].tolist() == [[1, 2], [2, 3], [3, 4]]
+    assert out.extra_fields[TOPK_LOGPROBS_FIELD].shape == (3, 2)
+    assert (out.extra_fields["min_global_steps"], out.extra_fields["max_global_steps"]) == (1, 3)
+
+
+_real_sleep = asyncio.sleep
+
+
+async def _no_sleep(_seconds, *args, **kwargs):
+    await _real_sleep(0)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# the trainer's old-log-prob step, on verl's batch layout (the agent loop's fields, stored and fetched as verl does)
+
+
+def _sample(r: int, t: int, k: int, seed: int, padding_of: dict | None = None):
+    from troll_verl.bypass.vllm_topk import TOPK_IDS_FIELD, TOPK_LOGPROBS_FIELD
+
+    g = torch.Generator().manual_seed(seed)
+    logits = torch.randn(t, 40, generator=g, dtype=torch.float64) * 3
+    lp = torch.log_softmax(logits, -1)
+    vals, ids = torch.topk(lp, k)
+    responses = ids[:r, 0].clone()
+    extra = {"global_steps": 1, TOPK_IDS_FIELD: ids.int().numpy(), TOPK_LOGPROBS_FIELD: vals.float().numpy()}
+    return {"responses": responses, "rollout_log_probs": vals[:r, 0].float(), "extra_fields": extra}
+
+
+class _FakeTQ:
+    def __init__(self, samples):
+        from verl.utils.tensordict_utils import list_of_dict_to_tensordict
+
+        self.store = list_of_dict_to_tensordict(samples)
+        self.put = None
+
+    def kv_batch_get(self, keys, partition_id, select_fields):
+        return self.store.select(*select_fields)
+
+    def kv_batch_put(self, keys, partition_id, fields):
+        self.put = fields
+
+
+@pytest.mark.parametrize("equal_lengths", [False, True])
+def test_trainer_step_writes_the_old_fields_the_update_reads(monkeypatch, equal_lengths):
+    import transfer_queue
+
+    from troll_verl.core.layout import OLD_FIELDS
+
+    k, settings = 8, TrollConfig(topk=8, mass_delta=1e-3)
+    lengths = [(4, 4), (4, 6)] if equal_lengths else [(3, 3), (5, 7), (0, 0)]  # (response, generated): cut at 5
+    samples = [_sample(r, t, k, seed) for seed, (r, t) in enumerate(lengths)]
+    # verl's synthetic padding sample: the first sample's fields deep-copied, a one-token response, log-prob 0
+    pad = {**samples[0], "responses": torch.tensor([2]), "rollout_log_probs": torch.zeros(1)}
+    samples.append(pad)
+    tags = [{}] * len(lengths) + [{"is_padding": True}]
+    fake = _FakeTQ(samples)
+    monkeypatch.setattr(transfer_queue, "kv_batch_get", fake.kv_batch_get)
+    monkeypatch.setattr(transfer_queue, "kv_batch_put", fake.kv_batch_put)
+    batch = SimpleNamespace(keys=[str(i) for i in range(len(samples))], partition_id="train", tags=tags)
+    metrics = bypass.put_old_topk_from_rollout(batch, settings, topk=k, response_length=max(r for r, _ in lengths))
+    put = fake.put
+    assert set(put.keys()) == {"old_log_probs", *OLD_FIELDS}
+    for i, sample in enumerate(samples[:-1]):
+        r = sample["responses"].shape[0]
+        ref = old_topk_from_rollout(torch.from_numpy(sample["extra_fields"]["troll_rollout_topk_ids"][:r]),
+                                    torch.from_numpy(sample["extra_fields"]["troll_rollout_topk_logprobs"][:r]),
+                                    topk=k, mass_delta=1e-3)  # fmt: skip
+        for key, want in zip(OLD_FIELDS, ref, strict=True):
+            assert torch.equal(put[key][i], want), key
+        assert torch.equal(put["old_log_probs"][i], sample["rollout_log_probs"])
+    assert put["troll_old_ids"][-1].tolist() == [[2] + [-1] * (k - 1)]  # padding: point mass on its token
+    assert put["troll_old_ids"].dtype == torch.int32 and put["troll_old_tail"].dtype == torch.float32
+    assert 0.0 <= metrics["troll/rollout_tail_mass"] < 1.0
+
+
+def test_trainer_step_refuses_a_response_the_rollout_did_not_score(monkeypatch):
+    import transfer_queue
+
+    sample = _sample(3, 3, 4, 0)
+    sample["responses"] = torch.arange(5)  # a tool loop appended tokens after generation
+    sample["rollout_log_probs"] = torch.zeros(5)
+    fake = _FakeTQ([sample])
+    monkeypatch.setattr(transfer_queue, "kv_batch_get", fake.kv_batch_get)
+    batch = SimpleNamespace(keys=["0"], partition_id="train", tags=[{}])
+    with pytest.raises(ValueError, match="multi-turn or tool agent loop"):
+        bypass.put_old_topk_from_rollout(batch, TrollConfig(topk=4), topk=4, response_length=8)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# slow: vLLM-CPU's top-K against the actor's own old pass, same weights
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize(
+    ("head_scale", "k", "temperature"),
+    [(40.0, 64, 1.0), (20.0, 16, 0.7)],
+    ids=["peaky-k64-mass-rule", "k16-temperature-0.7"],
+)
+def test_vllm_topk_equals_the_actors_old_pass(tmp_path, head_scale, k, temperature):
+    """vLLM-CPU, asked as TROLL's server asks (logprobs=K, flat, processed), on a toy vocabulary of 128 in fp32: the
+    stored ids equal the actor's (up to the mass rule's cut and ties within 1e-5), log-probs and tail mass agree to
+    1e-5, and the sampled token's log-prob (verl's rollout_log_probs) too. The peaky model triggers the mass rule."""
+    model = tiny_model_dir(str(tmp_path / "m"), vocab=128, hidden=64, heads=2, layers=2, head_scale=head_scale)
+    script = ["-m", "troll_verl.testing.vllm_topk"]
+    env = {key: value for key, value in os.environ.items() if key != "VERL_PLATFORM"}
+    out = subprocess.run([sys.executable, *script, model, str(k), str(temperature)], capture_output=True, text=True,
+                         env=env, timeout=540)  # fmt: skip
+    lines = [line for line in out.stdout.splitlines() if line.startswith("RESULT ")]
+    assert out.returncode == 0 and lines, out.stdout[-2000:] + out.stderr[-4000:]
+    worst = json.loads(lines[-1][len("RESULT ") :])
+    assert worst["tokens"] == 64 and worst["ids_differ_beyond_ties"] == 0, worst
+    assert worst["logprobs"] <= 1e-5 and worst["tail_mass"] <= 1e-5 and worst["sampled"] <= 1e-5, worst

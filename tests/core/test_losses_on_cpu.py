@@ -1,0 +1,321 @@
+# Copyright 2026 The troll-verl authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Tests of troll_verl.core.losses against hand-written formulas (all loss_agg_modes, GSPO, IS weights)."""
+
+import math
+
+import pytest
+import torch
+from verl.utils.metric import AggregationType, Metric
+from verl.workers.config import FSDPActorConfig
+
+from troll_verl.config import TrollPolicyLossConfig
+from troll_verl.core.losses import LOSS_METRICS, MAX_METRICS, _with_aggregation, compute_policy_loss_troll
+from troll_verl.core.sparse import old_topk_from_logits, troll_sparse_from_logits
+from troll_verl.testing.reference import dense_project_row
+
+
+def _loss(*args, **kwargs):
+    """compute_policy_loss_troll with every metric as a float (Metric values aggregated)."""
+    loss, metrics = compute_policy_loss_troll(*args, **kwargs)
+    return loss, {k: float(v.aggregate()) if isinstance(v, Metric) else v for k, v in metrics.items()}
+
+
+AGG_MODES = ["token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
+
+
+def _actor_config(loss_agg_mode="token-mean", **troll):
+    return FSDPActorConfig(
+        strategy="fsdp2",
+        rollout_n=1,
+        ppo_micro_batch_size_per_gpu=1,
+        loss_agg_mode=loss_agg_mode,
+        policy_loss=TrollPolicyLossConfig(**troll),
+    )
+
+
+def _batch(B=4, T=6, V=50, K=8, delta=1e-4, noise=1.0, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    z_old = torch.randn(B * T, V, generator=g, dtype=torch.float64) * 3
+    z = (z_old + noise * torch.randn(B * T, V, generator=g, dtype=torch.float64)).requires_grad_(True)
+    sampled = torch.multinomial(torch.softmax(z_old, -1), 1, generator=g).squeeze(1)
+    old = old_topk_from_logits(z_old, topk=K, mass_delta=delta, value_dtype=torch.float64)
+    old_lp = torch.log_softmax(z_old, -1).gather(1, sampled[:, None]).squeeze(1)
+    lengths = torch.tensor([T, T - 2, 1, T - 3])[:B]
+    mask = torch.arange(T)[None, :] < lengths[:, None]
+    adv = torch.randn(B, generator=g, dtype=torch.float64)[:, None].expand(B, T).clone()
+
+    def support(logits=z):
+        return troll_sparse_from_logits(logits, sampled, old, old_lp, topk=K, mass_delta=delta).reshape(B, T)
+
+    return dict(z=z, support=support, old_lp=old_lp.view(B, T), mask=mask, adv=adv, K=K, delta=delta)
+
+
+def _hand_token_terms(sup, old_lp, mask, eps):
+    """Per-token projected sampled log-prob and regression KL(π̃ ‖ π), via the brute-force dense solver."""
+    B, T = mask.shape
+    proj_lp = torch.zeros(B, T, dtype=torch.float64)
+    reg = torch.zeros(B, T, dtype=torch.float64)
+    for b in range(B):
+        for t in range(T):
+            if not mask[b, t]:
+                continue
+            m = sup.mask[b, t]
+            new = sup.new_logprobs[b, t][m].detach()
+            proj, _ = dense_project_row(new, sup.old_logprobs[b, t][m], eps)
+            pos = int(m[: sup.sampled_index[b, t] + 1].sum()) - 1
+            proj_lp[b, t] = proj[pos]
+            reg[b, t] = (new.exp() * (new - proj)).sum()
+    return proj_lp, reg
+
+
+def _hand_agg(L, mask, mode):
+    L = torch.where(mask, L, 0.0)
+    n_tok = mask.sum(-1)
+    has = n_tok > 0
+    if mode == "token-mean":
+        return L.sum() / mask.sum()
+    if mode == "token-sum":
+        return L.sum()
+    if mode == "seq-mean-token-sum":
+        return L.sum(-1)[has].mean()
+    if mode == "seq-mean-token-mean":
+        return (L.sum(-1)[has] / n_tok[has]).mean()
+    if mode == "seq-mean-token-sum-norm":
+        return L.sum(-1)[has].mean() / mask.shape[-1]
+    raise AssertionError(mode)
+
+
+@pytest.mark.parametrize("mode", AGG_MODES)
+def test_loss_matches_hand_formula_every_agg_mode(mode):
+    d = _batch()
+    cfg = _actor_config(mode, alpha=0.7)
+    sup = d["support"]()
+    loss, metrics = _loss(d["old_lp"], None, d["adv"], d["mask"], mode, cfg, support=sup)
+    proj_lp, reg = _hand_token_terms(sup, d["old_lp"], d["mask"], 0.05)
+    pg = -d["adv"] * torch.exp(proj_lp - d["old_lp"])
+    expected = _hand_agg(pg, d["mask"], mode) + 0.7 * _hand_agg(reg, d["mask"], mode)
+    torch.testing.assert_close(loss, expected, atol=1e-9, rtol=1e-7)
+    assert metrics["troll/projected_frac"] > 0.2
+    assert metrics["troll/kl_after_max"] <= 0.05
+    assert math.isclose(metrics["troll/regression_loss"], _hand_agg(reg, d["mask"], mode).item(), rel_tol=1e-6)
+
+
+def test_policy_term_gradient_is_its_derivative():
+    """With α = 0 the loss is a plain function of the logits (η* included): gradcheck it."""
+    d = _batch(B=2, T=3, V=20, K=4, delta=1e-3)
+    cfg = _actor_config("seq-mean-token-mean", alpha=0.0)
+
+    def fn(z):
+        sup = d["support"](z)
+        return _loss(d["old_lp"][:2], None, d["adv"][:2], d["mask"][:2], cfg.loss_agg_mode,
+                                         cfg, support=sup)[0]  # fmt: skip
+
+    assert torch.autograd.gradcheck(fn, (d["z"],), eps=1e-6, atol=1e-6)
+
+
+def test_regression_term_gradient_stops_at_the_projection():
+    """α·KL(π̃ ‖ sg π): the gradient treats π as a constant (it is not the derivative through η*)."""
+    d = _batch()
+    cfg = _actor_config("seq-mean-token-sum", alpha=1.0)
+    zero_adv = torch.zeros_like(d["adv"])
+    sup = d["support"]()
+    loss, _ = _loss(d["old_lp"], None, zero_adv, d["mask"], cfg.loss_agg_mode, cfg, support=sup)
+    (g,) = torch.autograd.grad(loss, d["z"])
+    sup = d["support"]()
+    B, T = d["mask"].shape
+    reg = torch.zeros(B, T, dtype=torch.float64)
+    for b in range(B):
+        for t in range(T):
+            if d["mask"][b, t]:
+                m = sup.mask[b, t]
+                new = sup.new_logprobs[b, t][m]
+                proj, _ = dense_project_row(new.detach(), sup.old_logprobs[b, t][m], 0.05)
+                reg[b, t] = (new.exp() * (new - proj)).sum()
+    (g_hand,) = torch.autograd.grad(_hand_agg(reg, d["mask"], cfg.loss_agg_mode), d["z"])
+    torch.testing.assert_close(g, g_hand, atol=1e-9, rtol=1e-6)
+
+
+def test_gspo_sequence_ratio():
+    d = _batch()
+    cfg = _actor_config("seq-mean-token-mean", ratio_level="sequence", alpha=0.0)
+    sup = d["support"]()
+    loss, _ = _loss(d["old_lp"], None, d["adv"], d["mask"], "seq-mean-token-mean", cfg, support=sup)
+    proj_lp, _ = _hand_token_terms(sup, d["old_lp"], d["mask"], 0.05)
+    m = d["mask"]
+    seq = torch.where(m, proj_lp - d["old_lp"], 0.0).sum(-1) / m.sum(-1)
+    r = torch.exp(seq.clamp(max=10.0))[:, None].expand_as(m)
+    torch.testing.assert_close(loss, _hand_agg(-d["adv"] * r, m, "seq-mean-token-mean"), atol=1e-9, rtol=1e-7)
+    # gradient: sg(r_i) · ∇ log π(o_t), i.e. the token surrogate weighted by the detached sequence ratio
+    (g,) = torch.autograd.grad(loss, d["z"])
+    from troll_verl.core.projection import project
+
+    sup2 = d["support"]()
+    pl = project(sup2.new_logprobs, sup2.old_logprobs, 0.05, mask=sup2.mask & m[..., None]).logprobs
+    lp = pl.gather(-1, sup2.sampled_index[..., None]).squeeze(-1)
+    n = m.sum(-1, keepdim=True)
+    surrogate = (torch.where(m, -d["adv"] * r.detach() * lp, 0.0) / n).sum(-1).mean()
+    (g_hand,) = torch.autograd.grad(surrogate, d["z"])
+    torch.testing.assert_close(g, g_hand, atol=1e-9, rtol=1e-7)
+
+
+def test_gspo_log_ratio_is_capped():
+    d = _batch()
+    cfg = _actor_config("seq-mean-token-mean", ratio_level="sequence", alpha=0.0, seq_log_ratio_cap=1e-3)
+    old = d["old_lp"] - 5.0  # every sequence ratio ≫ exp(cap)
+    loss, _ = _loss(
+        old, None, d["adv"], d["mask"], "seq-mean-token-mean", cfg, support=d["support"]()
+    )
+    expected = _hand_agg(-d["adv"] * math.exp(1e-3), d["mask"], "seq-mean-token-mean")
+    torch.testing.assert_close(loss, expected, atol=1e-9, rtol=1e-7)
+
+
+def test_rollout_is_weights_scale_the_policy_term_only():
+    d = _batch()
+    cfg = _actor_config(alpha=0.5)
+    sup = d["support"]()
+    w = torch.rand(d["mask"].shape, generator=torch.Generator().manual_seed(7), dtype=torch.float64)
+    loss, m = _loss(d["old_lp"], None, d["adv"], d["mask"], "token-mean", cfg, w, support=sup)
+    proj_lp, reg = _hand_token_terms(sup, d["old_lp"], d["mask"], 0.05)
+    pg = -d["adv"] * torch.exp(proj_lp - d["old_lp"]) * w
+    expected = _hand_agg(pg, d["mask"], "token-mean") + 0.5 * _hand_agg(reg, d["mask"], "token-mean")
+    torch.testing.assert_close(loss, expected, atol=1e-9, rtol=1e-7)
+
+
+def test_global_batch_info_is_used():
+    d = _batch()
+    cfg = _actor_config("token-mean")
+    sup = d["support"]()
+    local, _ = _loss(d["old_lp"], None, d["adv"], d["mask"], "token-mean", cfg, support=sup)
+    cfg.global_batch_info.update(dp_size=2, batch_num_tokens=100, global_batch_size=8, loss_scale_factor=None)
+    scaled, _ = _loss(d["old_lp"], None, d["adv"], d["mask"], "token-mean", cfg, support=sup)
+    torch.testing.assert_close(scaled, local * d["mask"].sum() / 100 * 2)
+
+
+def test_inside_trust_region_is_unclipped_ratio_without_regression():
+    d = _batch(noise=1e-3)
+    cfg = _actor_config()
+    sup = d["support"]()
+    loss, m = _loss(d["old_lp"], None, d["adv"], d["mask"], "token-mean", cfg, support=sup)
+    assert m["troll/projected_frac"] == 0.0 and m["troll/regression_loss"] == 0.0
+    new_lp = sup.new_logprobs.gather(-1, sup.sampled_index[..., None]).squeeze(-1)
+    expected = _hand_agg(-d["adv"] * torch.exp(new_lp - d["old_lp"]), d["mask"], "token-mean")
+    torch.testing.assert_close(loss, expected)
+
+
+@pytest.mark.parametrize("ratio_level", ["token", "sequence"])
+@pytest.mark.parametrize("tail", ["bucket", "renormalize"])
+def test_zero_advantages_give_exactly_zero_gradient_in_fp32(ratio_level, tail):
+    """Old and current policy identical (the first mini-batch of a step), every advantage 0: the loss gradient is
+    exactly zero, as clip's is. Before the fix the regression term's fp32 rounding noise on unprojected rows
+    (zero in exact arithmetic) leaked into the logits' gradient, and Adam turned it into a full-size step."""
+    g = torch.Generator().manual_seed(3)
+    B, T, V, K = 4, 6, 300, 16
+    z = (torch.randn(B * T, V, generator=g) * 2).requires_grad_(True)
+    sampled = torch.multinomial(torch.softmax(z.detach(), -1), 1, generator=g).squeeze(1)
+    old = old_topk_from_logits(z.detach(), topk=K, mass_delta=1e-5)
+    old_lp = torch.log_softmax(z.detach(), -1).gather(1, sampled[:, None]).view(B, T)
+    cfg = _actor_config("seq-mean-token-mean", ratio_level=ratio_level, tail=tail, topk=K)
+    sup = troll_sparse_from_logits(z, sampled, old, old_lp.view(-1), topk=K, mass_delta=1e-5).reshape(B, T)
+    mask = torch.ones(B, T, dtype=torch.bool)
+    loss, m = _loss(old_lp, None, torch.zeros(B, T), mask, cfg.loss_agg_mode, cfg, support=sup)
+    (grad,) = torch.autograd.grad(loss, z)
+    assert m["troll/projected_frac"] == 0.0 and m["troll/regression_loss"] == 0.0
+    assert bool((grad == 0).all()), f"max |grad| {grad.abs().max().item():.3g}"
+
+
+def test_padding_garbage_does_not_leak():
+    d = _batch()
+    cfg = _actor_config()
+    old, adv = d["old_lp"].clone(), d["adv"].clone()
+    old[~d["mask"]] = math.nan
+    adv[~d["mask"]] = math.inf
+    loss, metrics = _loss(old, None, adv, d["mask"], "token-mean", cfg, support=d["support"]())
+    assert torch.isfinite(loss) and all(math.isfinite(v) for v in metrics.values())
+    loss.backward()
+    assert torch.isfinite(d["z"].grad).all()
+
+
+def test_tail_bucket_gradient_pulls_leaked_mass_back():
+    """The tail bucket is differentiable: leaked mass outside S is penalised and pulled back.
+
+    With tail="renormalize" (the paper's treatment) the logits outside S get exactly zero gradient, so nothing
+    stops the network from moving mass there (the entropy blow-up seen by a public port).
+    """
+    B, T, V, K = 1, 4, 400, 3
+    g = torch.Generator().manual_seed(0)
+    z_old = torch.randn(B * T, V, generator=g, dtype=torch.float64)
+    z_old[:, :K] += 12.0  # peaked old policy: tiny tail
+    z = z_old.clone()
+    z[:, K:] += 4.0  # the current policy leaked mass into the tail
+    z.requires_grad_(True)
+    sampled = torch.zeros(B * T, dtype=torch.long)
+    old = old_topk_from_logits(z_old, topk=K, mass_delta=1e-12, value_dtype=torch.float64)
+    old_lp = torch.log_softmax(z_old, -1)[:, 0]
+    mask = torch.ones(B, T, dtype=torch.bool)
+    adv = torch.zeros(B, T, dtype=torch.float64)
+
+    def tail_mass(x):
+        return 1 - torch.softmax(x, -1)[:, :K].sum(-1)
+
+    grads = {}
+    for tail in ("bucket", "renormalize"):
+        cfg = _actor_config(tail=tail, topk=K, mass_delta=1e-12)
+        sup = troll_sparse_from_logits(z, sampled, old, old_lp, topk=K, mass_delta=1e-12).reshape(B, T)
+        loss, _ = _loss(old_lp.view(B, T), None, adv, mask, "token-mean", cfg, support=sup)
+        (grads[tail],) = torch.autograd.grad(loss, z)
+    outside = torch.ones(V, dtype=torch.bool)
+    outside[:K] = False
+    assert grads["renormalize"][:, outside].abs().max() < 1e-12
+    assert grads["bucket"][:, outside].abs().max() > 1e-4
+    before, after = tail_mass(z), tail_mass(z - grads["bucket"])
+    assert (after < before).all() and (before - after).sum() > 1e-3
+
+
+def test_metrics_carry_their_aggregation():
+    """Maxima combine by max and the loss's parts like verl's actor/pg_loss (sum once normalised by the global
+    batch); every other metric is a float that verl averages."""
+    d = _batch()
+    cfg = _actor_config()
+    _, m = compute_policy_loss_troll(d["old_lp"], None, d["adv"], d["mask"], "token-mean", cfg, support=d["support"]())
+    assert all(m[k].aggregation == AggregationType.MAX for k in MAX_METRICS)
+    assert all(m[k].aggregation == AggregationType.MEAN for k in LOSS_METRICS)  # no global batch info: local mean
+    assert all(isinstance(v, float) for k, v in m.items() if k not in MAX_METRICS | LOSS_METRICS)
+    for info in ({"dp_size": 2}, {"dp_size": 1, "batch_num_tokens": 10}, {"loss_scale_factor": 4}):
+        wrapped = _with_aggregation({"troll/pg_loss": 1.0, "troll/eta_max": 2.0, "troll/kl_before": 3.0}, info)
+        assert wrapped["troll/pg_loss"].aggregation == AggregationType.SUM
+        assert wrapped["troll/eta_max"].aggregation == AggregationType.MAX and wrapped["troll/kl_before"] == 3.0
+
+
+def test_metrics_and_max_keys():
+    d = _batch()
+    _, m = _loss(d["old_lp"], None, d["adv"], d["mask"], "token-mean", _actor_config(), support=d["support"]())
+    for key in ("troll/kl_before", "troll/kl_after", "troll/eta_mean", "troll/projected_frac", "troll/support_size",
+                "troll/covered_mass", "troll/bound_violation_max", "actor/ppo_kl", "actor/pg_clipfrac"):  # fmt: skip
+        assert key in m and isinstance(m[key], float)
+    assert MAX_METRICS <= set(m)
+    assert m["troll/kl_before"] > m["troll/kl_after"] and m["troll/bound_violation_max"] == 0.0
+    assert 1 <= m["troll/support_size"] <= 2 * d["K"] + 1 and 0.5 < m["troll/covered_mass"] <= 1.0
+
+
+def test_missing_support_and_bad_shapes_raise():
+    d = _batch()
+    cfg = _actor_config()
+    with pytest.raises(ValueError, match="token distributions"):
+        compute_policy_loss_troll(d["old_lp"], None, d["adv"], d["mask"], "token-mean", cfg)
+    flat = d["support"]().reshape(-1)
+    with pytest.raises(ValueError, match="reshape"):
+        compute_policy_loss_troll(d["old_lp"], None, d["adv"], d["mask"], "token-mean", cfg, support=flat)
+    with pytest.raises(ValueError, match="config"):
+        compute_policy_loss_troll(d["old_lp"], None, d["adv"], d["mask"], support=d["support"]())

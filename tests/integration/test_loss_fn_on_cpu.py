@@ -1,0 +1,108 @@
+# Copyright 2026 The troll-verl authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Tests of troll_verl.integration.loss_fn's guard rails (the happy paths run on the real engine in
+test_workers_on_cpu)."""
+
+import pytest
+import torch
+from verl.utils import tensordict_utils as tu
+from verl.workers.config import FSDPActorConfig
+
+from troll_verl.config import TrollPolicyLossConfig
+from troll_verl.integration.loss_fn import TROLL_MODE_KEY, TrollLossFn
+from troll_verl.testing.verl_engine import make_batch
+
+
+def _loss_fn(strategy="fsdp2"):
+    config = FSDPActorConfig(
+        strategy=strategy, rollout_n=1, ppo_micro_batch_size_per_gpu=1, policy_loss=TrollPolicyLossConfig()
+    )
+    return TrollLossFn(config)
+
+
+def _batch(mode=None):
+    batch = make_batch(50, [2, 3], [3, 2])
+    if mode is not None:
+        tu.assign_non_tensor(batch, **{TROLL_MODE_KEY: mode})
+    return batch
+
+
+def test_call_outside_troll_passes_names_the_fix():
+    with pytest.raises(RuntimeError, match="trainer.v1.trainer_mode=troll"):
+        _loss_fn()(model_output={}, data=_batch(), dp_group=None)
+
+
+def test_missing_logits_hook_is_reported_as_fused_kernels():
+    with pytest.raises(RuntimeError, match="use_fused_kernels=False"):
+        _loss_fn()(model_output={}, data=_batch("old"), dp_group=None)
+    with pytest.raises(RuntimeError, match="use_fused_kernels=False"):
+        _loss_fn()(model_output={}, data=_batch("update"), dp_group=None)
+
+
+def test_unsupported_strategy_is_named():
+    fn = _loss_fn()
+    object.__setattr__(fn.config, "strategy", "veomni")
+    with pytest.raises(NotImplementedError, match="strategy=fsdp2"):
+        fn(student_logits=torch.zeros(1, 5, 50), data=_batch("old"))
+
+
+def test_update_without_old_pass_fields_is_refused():
+    with pytest.raises(ValueError, match="old-log-prob pass"):
+        _loss_fn()(student_logits=torch.zeros(1, 10, 50), data=_batch("update"))
+
+
+def test_hook_and_final_call_must_alternate_per_micro_batch():
+    """The old pass's top-K travels from the logits hook to the final call of the *same* micro-batch: a second hook
+    before the final call, or a final call for another micro-batch, is refused instead of mixing micro-batches."""
+    logits = torch.randn(1, 10, 50)
+    fn = _loss_fn()
+    first, second = _batch("old"), _batch("old")
+    assert fn(student_logits=logits, data=first) == {}
+    with pytest.raises(RuntimeError, match="before the final loss call"):
+        fn(student_logits=logits, data=second)
+    fn = _loss_fn()
+    fn(student_logits=logits, data=first)
+    with pytest.raises(RuntimeError, match="different micro-batch"):
+        fn(model_output={}, data=second, dp_group=None)
+    fn = _loss_fn()  # in order: the final call attaches the old top-K, and the next micro-batch may start
+    fn(student_logits=logits, data=first)
+    output = {}
+    loss, metrics = fn(model_output=output, data=first, dp_group=None)
+    assert float(loss) == 0.0 and metrics == {}
+    assert {"troll_old_ids", "troll_old_logprobs", "troll_old_tail"} <= set(output)
+    assert output["troll_old_ids"].values().shape[0] == 5  # 3 + 2 response tokens
+    assert fn(student_logits=logits, data=second) == {}
+
+
+def test_mismatch_above_the_bound_warns_once_naming_kl_bound(caplog):
+    """Bypass mode: the first micro-batch's KL before any update is the train-inference mismatch; above kl_bound it is
+    reported with a warning (once per worker) that names the key to change."""
+    from verl.utils.metric import AggregationType, Metric
+
+    import troll_verl.integration.loss_fn as loss_fn_module
+
+    loss_fn = _loss_fn()
+    bound = loss_fn.config.policy_loss.troll.kl_bound
+
+    def metrics(kl):
+        return {"troll/kl_before": Metric(AggregationType.MEAN, kl), "troll/projected_frac": 0.25}
+
+    with caplog.at_level("WARNING", logger=loss_fn_module.logger.name):
+        below = loss_fn._mismatch_metrics(metrics(bound / 2))
+        assert not caplog.records
+        above = [loss_fn._mismatch_metrics(metrics(2 * bound)) for _ in range(2)]
+    assert below["troll/mismatch_kl"].aggregate() == pytest.approx(bound / 2)
+    assert above[0]["troll/mismatch_projected_frac"].aggregate() == pytest.approx(0.25)
+    assert len(caplog.records) == 1
+    assert "actor_rollout_ref.actor.policy_loss.kl_bound" in caplog.records[0].getMessage()

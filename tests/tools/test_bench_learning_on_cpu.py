@@ -1,0 +1,181 @@
+# Copyright 2026 The troll-verl authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""scripts/bench_learning.py's statistics and table: the staleness arms and their columns (no training here)."""
+
+
+import pytest
+
+from troll_verl.testing import load_script
+
+bl = load_script("bench_learning")
+
+from troll_verl.tools.quickstart import REWARD_KEY  # noqa: E402
+
+
+def _rows(rewards, staleness=None, kl=None, projected=None, clipped=None, ppo_kl=None):
+    rows = []
+    for i, reward in enumerate(rewards):
+        row = {"step": i + 1, REWARD_KEY: reward, "actor/entropy": 1.0}
+        if staleness is not None:
+            row["training/off_policy/trajectory_staleness/mean"] = staleness[i]
+        if kl is not None:
+            row["rollout_corr/kl"] = kl[i]
+        if projected is not None:
+            row["actor/troll/projected_frac"] = projected
+        if clipped is not None:
+            row["actor/pg_clipfrac"] = clipped
+        if ppo_kl is not None:
+            row["actor/ppo_kl"] = ppo_kl[i]
+        rows.append(row)
+    return rows
+
+
+def test_staleness_arms_run_both_losses_on_the_colocate_async_trainer():
+    for variant, warmup in (("async1", 1), ("async2", 2)):
+        for loss in ("troll", "clip"):
+            overrides = bl.VARIANTS[variant][loss]
+            assert "trainer.v1.trainer_mode=troll_colocate_async" in overrides
+            assert f"trainer.v1.colocate_async.num_warmup_batches={warmup}" in overrides
+        assert "actor_rollout_ref.actor.policy_loss.loss_mode=vanilla" in bl.VARIANTS[variant]["clip"]
+
+
+def test_eight_updates_per_batch_on_each_model():
+    from troll_verl.tools.quickstart import MODELS
+
+    tiny = bl.arm_overrides("grpo8", "troll", MODELS["tiny"])  # 16 prompts x 8 samples: the schedule measured before
+    assert tiny[-2:] == ["actor_rollout_ref.actor.ppo_mini_batch_size=2",
+                         "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16"]  # fmt: skip
+    smollm2 = bl.arm_overrides("grpo8", "clip", MODELS["smollm2"])  # 8 prompts x 4 samples
+    assert smollm2[-2:] == ["actor_rollout_ref.actor.ppo_mini_batch_size=1",
+                            "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4"]  # fmt: skip
+    assert bl.arm_overrides("grpo", "troll", MODELS["smollm2"]) == bl.VARIANTS["grpo"]["troll"]
+    with pytest.raises(ValueError, match="do not split into 3"):
+        bl.updates_overrides(3, MODELS["tiny"])
+
+
+def test_run_stats_reports_staleness_and_kl_to_the_rollout():
+    stats = bl.run_stats(_rows([0.1, 0.2, 0.3, 0.4], staleness=[0, 1, 1, 2], kl=[1e-3, 2e-3, 3e-3, 2e-3]), 0.5)
+    assert stats["staleness"] == pytest.approx(1.0) and stats["kl_rollout"] == pytest.approx(2e-3)
+    synchronous = bl.run_stats(_rows([0.1, 0.2, 0.3]), 0.5)
+    assert synchronous["staleness"] is None and synchronous["kl_rollout"] is None and synchronous["kl_update"] is None
+
+
+def test_run_stats_reports_how_far_the_update_moved_the_policy():
+    stats = bl.run_stats(_rows([0.1, 0.2, 0.3, 0.4], ppo_kl=[0.0, 1e-3, 3e-3, 4e-3]), 0.5)
+    assert stats["kl_update"] == pytest.approx(2e-3)
+
+
+def test_report_has_a_staleness_row_per_arm():
+    results = {}
+    for seed in (0, 1):
+        results[f"async2/troll/seed{seed}"] = bl.run_stats(
+            _rows([0.1, 0.3, 0.5, 0.6], staleness=[2, 2, 2, 2], kl=[4e-3] * 4, projected=0.2, ppo_kl=[1e-3] * 4), 0.5
+        )
+        results[f"async2/clip/seed{seed}"] = bl.run_stats(
+            _rows([0.1, 0.2, 0.4, 0.5], staleness=[2, 2, 2, 2], kl=[8e-3] * 4, clipped=0.1, ppo_kl=[5e-4] * 4), 0.5
+        )
+    table = bl.report(results, [0, 1], 4, 0.5, ["async2"])
+    (row,) = [line for line in table.splitlines() if line.startswith("| async2 |") and "2.00" in line]
+    assert row.rstrip().endswith("| 2.00 | 4.00e-03 / 8.00e-03 | 1.00e-03 / 5.00e-04 |")
+    assert "0.200" in row and "0.100" in row  # projected (TROLL), clipped (clip)
+
+
+def _stress_rows(rewards, length=10.0, projected=None, clipped=None, val=0.8):
+    rows = _rows(rewards, projected=projected, clipped=clipped)
+    for row in rows:
+        row[bl.LENGTH_KEY] = length
+    rows[-1]["val-core/troll_smollm2/addition/acc/mean@1"] = val
+    return rows
+
+
+def test_stress_arms_set_the_learning_rate_the_clip_range_and_the_schedule():
+    from troll_verl.tools.quickstart import MODELS
+
+    assert bl.LEARNING_RATE["lr1e-4"] == 1e-4 and bl.LEARNING_RATE["lr5e-5_tight"] == 5e-5
+    # verl's actor config sets both clip sides explicitly, so each arm sets both
+    assert {"actor_rollout_ref.actor.clip_ratio_low=0.1", "actor_rollout_ref.actor.clip_ratio_high=0.1"} <= set(
+        bl.VARIANTS["lr1e-4_tight"]["clip"]
+    )
+    assert "actor_rollout_ref.actor.clip_ratio_high=0.28" in bl.VARIANTS["lr1e-4_loose"]["clip"]
+    assert "actor_rollout_ref.actor.policy_loss.kl_bound=0.02" in bl.VARIANTS["lr1e-4_tight"]["troll"]
+    gspo_clip = bl.arm_overrides("gspo8", "clip", MODELS["smollm2"])
+    assert {"actor_rollout_ref.actor.policy_loss.loss_mode=gspo", "actor_rollout_ref.actor.clip_ratio_low=0.0003",
+            "actor_rollout_ref.actor.clip_ratio_high=0.0004", "actor_rollout_ref.actor.ppo_mini_batch_size=1"} <= set(
+        gspo_clip
+    )  # fmt: skip
+    assert "actor_rollout_ref.actor.policy_loss.ratio_level=sequence" in bl.VARIANTS["gspo8"]["troll"]
+    assert bl.BASELINE["lr1e-4_upper"] == "lr1e-4" and set(bl.VARIANTS["lr1e-4_upper"]) == {"troll"}
+    assert "actor_rollout_ref.actor.policy_loss.old_estimate=upper" in bl.VARIANTS["gspo8_upper"]["troll"]
+
+
+def test_the_learning_rate_reaches_the_run_overrides():
+    from types import SimpleNamespace
+
+    from troll_verl.tools.quickstart import MODELS, cpu_run_overrides
+
+    assets = SimpleNamespace(train_file="t", val_file="v", model_dir="m")
+    overrides = cpu_run_overrides(MODELS["smollm2"], assets, lr=bl.LEARNING_RATE["lr7e-5"])
+    assert "actor_rollout_ref.actor.optim.lr=7e-05" in overrides
+
+
+def test_collapse_and_learning_criteria():
+    learned = bl.run_stats(_stress_rows([0.1, 0.3, 0.6, 0.7, 0.8, 0.9]), 0.5)
+    assert learned["learned"] and not learned["collapsed"] and learned["length_final"] == 10.0
+    # final reward (last 2 of 6 steps) below the step-1 reward
+    fell = bl.run_stats(_stress_rows([0.3, 0.4, 0.2, 0.1, 0.1, 0.2]), 0.5)
+    assert fell["collapsed"] and not fell["learned"]
+    # answers shorter than 4 tokens, even with a reward above step 1's
+    short = bl.run_stats(_stress_rows([0.1, 0.2, 0.3, 0.3, 0.3, 0.3], length=3.5), 0.5)
+    assert short["collapsed"] and short["length_final"] == 3.5
+
+
+def test_paired_intervals():
+    mean, lo, hi = bl.t_interval([1.0, 2.0, 3.0])  # sd 1, t(2) = 4.303
+    assert mean == 2.0 and hi - mean == pytest.approx(4.303 / 3**0.5) and lo == pytest.approx(2 * mean - hi)
+    b_lo, b_hi = bl.bootstrap_interval([1.0, 2.0, 3.0])
+    assert 1.0 <= b_lo < 2.0 < b_hi <= 3.0
+    assert bl.bootstrap_interval([0.1, 0.2, 0.4]) == bl.bootstrap_interval([0.1, 0.2, 0.4])  # fixed generator
+    with pytest.raises(ValueError, match="at least 2"):
+        bl.t_interval([1.0])
+
+
+def test_report_only_regenerates_the_stress_tables_from_raw_results(tmp_path, capsys):
+    import json
+
+    curves = {"troll": [[0.1, 0.3, 0.5, 0.6], [0.2, 0.4, 0.6, 0.7], [0.1, 0.5, 0.6, 0.6]],
+              "clip": [[0.1, 0.2, 0.1, 0.0], [0.2, 0.3, 0.4, 0.5], [0.1, 0.0, 0.0, 0.0]]}  # fmt: skip
+    for loss, per_seed in curves.items():
+        for seed, rewards in enumerate(per_seed):
+            rows = _stress_rows(rewards, length=2.0 if loss == "clip" and seed != 1 else 9.0,
+                                **({"projected": 0.2} if loss == "troll" else {"clipped": 0.05}))  # fmt: skip
+            rows = [{**r, "unrelated/key": 1.0} for r in rows]
+            path = bl.save_raw(str(tmp_path), f"lr1e-4/{loss}/seed{seed}", rows, {"worker_peak_rss_gb": 5.0})
+    saved = [json.loads(line) for line in open(path)]
+    assert len(saved) == 4 and "unrelated/key" not in saved[0]["data"] and bl.REWARD_KEY in saved[0]["data"]
+    # a run with fewer steps than asked for is not a finished run
+    bl.save_raw(str(tmp_path), "lr1e-4_upper/troll/seed0", _stress_rows([0.1, 0.2]), {})
+    png = tmp_path / "map.png"
+    argv = ["--report-only", "--model", "smollm2", "--results-dir", str(tmp_path), "--variants", "lr1e-4",
+            "lr1e-4_upper", "--seeds", "0", "1", "2", "--steps", "4", "--stress", "--plot", str(png)]  # fmt: skip
+    assert bl.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "not in" in out and "lr1e-4_upper/troll/seed0" in out
+    (troll_row,) = [line for line in out.splitlines() if line.startswith("| lr1e-4 | troll | 3 |")]
+    (clip_row,) = [line for line in out.splitlines() if line.startswith("| lr1e-4 | clip | 3 |")]
+    assert "| 0/3 | 3/3 |" in troll_row and "| 2/3 | 1/3 |" in clip_row  # collapsed, learned
+    (diff_row,) = [line for line in out.splitlines() if line.startswith("| lr1e-4 | 3 |")]
+    diffs = [sum(t[-1:]) - sum(c[-1:]) for t, c in zip(curves["troll"], curves["clip"], strict=True)]
+    # +0.47 on average, but t(2) = 4.3 makes three seeds' interval [-0.11, +1.04]: not separated
+    assert ", ".join(f"{d:+.3f}" for d in diffs) in diff_row and diff_row.rstrip().endswith("| no |")
+    assert png.exists()

@@ -1,0 +1,62 @@
+# Copyright 2026 The troll-verl authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Every ``scripts/bench_*.py`` runs at a tiny size, so a benchmark cannot break silently (no timing is checked).
+
+The two that need the real model (bench_sparsity, bench_rollout_topk) run in ``test_smollm2_on_cpu.py``, on the asset
+those tests build.
+"""
+
+import glob
+import json
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SMOKED_HERE = {"bench_loss.py", "bench_learning.py"}
+SMOKED_WITH_THE_REAL_MODEL = {"bench_sparsity.py", "bench_rollout_topk.py"}
+
+
+def _run(*args, timeout=600, **env):
+    proc = subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **env})  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc.stdout
+
+
+def test_every_benchmark_script_has_a_smoke_test():
+    scripts = {os.path.basename(p) for p in glob.glob(os.path.join(ROOT, "scripts", "bench_*.py"))}
+    assert scripts == SMOKED_HERE | SMOKED_WITH_THE_REAL_MODEL
+
+
+def test_bench_loss_at_a_tiny_size(tmp_path):
+    out = _run("scripts/bench_loss.py", "--shapes", "64x32x500", "40x16x300", "--repeats", "1", "--solver-rows", "64",
+               "--solver-repeats", "1", "--json", str(tmp_path / "b.json"), "--markdown", str(tmp_path / "b.md"))
+    summary = json.loads((tmp_path / "b.json").read_text())
+    assert [(c["N"], c["dtype"]) for c in summary["cases"]] == [(64, "fp32"), (64, "bf16"), (40, "fp32"), (40, "bf16")]
+    assert all(c["time_ratio"] > 0 and c["projected_frac"] > 0 for c in summary["cases"])
+    assert "solver_time_ratio" in summary and json.loads(out.strip().splitlines()[-1]) == summary
+    assert (tmp_path / "b.md").read_text().count("\n") == 2 + len(summary["cases"])
+
+
+def test_bench_learning_arms_compose_and_the_report_regenerates(tmp_path):
+    # one arm of every kind through TROLL's dry run (verl's config path, nothing started)
+    out = _run("scripts/bench_learning.py", "--model", "tiny", "--variants", "grpo", "gspo8", "lr1e-4_tight",
+               "lr1e-4_upper", "async1", "bypass", "--seeds", "0", "--steps", "1", "--dry-run",
+               "--cache-dir", str(tmp_path / "cache"))  # fmt: skip
+    assert "10 of 10 commands checked: 10 OK, 0 failed" in out
+    # the committed stress-map results regenerate their tables (the runs themselves are benchmarks, not tests)
+    out = _run("scripts/bench_learning.py", "--model", "smollm2", "--report-only", "--stress", "--variants", "lr1e-4",
+               "--seeds", "0", "--steps", "10", "--results-dir", "benchmarks/results/stress_map")  # fmt: skip
+    assert "| lr1e-4 | troll | 1 |" in out and "| lr1e-4 | clip | 1 |" in out
