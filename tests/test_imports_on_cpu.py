@@ -122,3 +122,46 @@ def test_every_module_imports_in_a_fresh_interpreter():
     with ThreadPoolExecutor(max_workers=2) as pool:
         failed = [(m, err) for m, rc, err in pool.map(load, _modules()) if rc != 0]
     assert not failed, failed
+
+
+# ------------------------------------------------------------------------------------------------------ the layers
+# A module may import modules of its own layer and of lower ones only (lower = smaller rank). The numerical core is
+# the bottom: it imports nothing else of the package.
+LAYER_RANK = {"core": 0, "compat": 1, "platform": 2, "assets": 2, "recipes": 2, "bypass": 3, "integration": 4,
+              "tools": 5, "testing": 6, "main": 6, "config": 6, "smollm2": 6}  # fmt: skip
+# the public verl APIs the core may use (what goes upstream imports them from verl itself)
+CORE_VERL_IMPORTS = {
+    "verl.base_config": {"BaseConfig"},
+    "verl.trainer.ppo.core_algos": {"agg_loss"},
+    "verl.utils": {"torch_functional"},
+    "verl.utils.metric": {"AggregationType", "Metric"},
+    "verl.utils.ulysses": {"get_ulysses_sequence_parallel_rank", "get_ulysses_sequence_parallel_world_size"},
+    "verl.models.mcore.util": {"preprocess_bshd_engine", "preprocess_thd_engine"},
+}
+
+
+def _layer(module: str) -> str:
+    return module.split(".")[1] if "." in module else "__init__"
+
+
+def test_every_module_belongs_to_a_layer():
+    assert {_layer(m) for m in _MODULES} - {"__init__"} <= set(LAYER_RANK)
+
+
+def test_layers_import_only_downward():
+    upward = [f"{m} -> {d}" for m, deps in _graph().items() for d in deps
+              if _layer(m) != "__init__" and LAYER_RANK[_layer(d)] > LAYER_RANK[_layer(m)]]  # fmt: skip
+    assert not upward, upward
+
+
+def test_the_core_imports_only_public_verl_apis():
+    found = {}
+    for path in (PACKAGE / "core").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "verl":
+                found.setdefault(node.module, set()).update(a.name for a in node.names)
+            elif isinstance(node, ast.Import):
+                assert not any(a.name.split(".")[0] == "verl" for a in node.names), path
+    extra = {m: names - CORE_VERL_IMPORTS.get(m, set()) for m, names in found.items()}
+    assert not {m: n for m, n in extra.items() if n}, extra
+    assert not any(name.startswith("_") for names in found.values() for name in names)

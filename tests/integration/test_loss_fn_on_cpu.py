@@ -62,27 +62,24 @@ def test_update_without_old_pass_fields_is_refused():
         _loss_fn()(student_logits=torch.zeros(1, 10, 50), data=_batch("update"))
 
 
-def test_hook_and_final_call_must_alternate_per_micro_batch():
-    """The old pass's top-K travels from the logits hook to the final call of the *same* micro-batch: a second hook
-    before the final call, or a final call for another micro-batch, is refused instead of mixing micro-batches."""
-    logits = torch.randn(1, 10, 50)
+def test_the_old_top_k_travels_on_its_own_micro_batch():
+    """The old pass's top-K goes from the logits hook to the final call on the micro-batch itself: whatever the order
+    of the calls, each final call attaches the rows of its own micro-batch (and takes them off it), and a final call
+    whose micro-batch saw no hook is refused."""
     fn = _loss_fn()
     first, second = _batch("old"), _batch("old")
-    assert fn(student_logits=logits, data=first) == {}
-    with pytest.raises(RuntimeError, match="before the final loss call"):
-        fn(student_logits=logits, data=second)
-    fn = _loss_fn()
-    fn(student_logits=logits, data=first)
-    with pytest.raises(RuntimeError, match="different micro-batch"):
-        fn(model_output={}, data=second, dp_group=None)
-    fn = _loss_fn()  # in order: the final call attaches the old top-K, and the next micro-batch may start
-    fn(student_logits=logits, data=first)
-    output = {}
-    loss, metrics = fn(model_output=output, data=first, dp_group=None)
+    logits_first, logits_second = torch.randn(1, 10, 50), torch.randn(1, 10, 50)
+    assert fn(student_logits=logits_first, data=first) == {}
+    assert fn(student_logits=logits_second, data=second) == {}  # interleaved: a second hook before the first final
+    out_second, out_first = {}, {}
+    fn(model_output=out_second, data=second, dp_group=None)
+    loss, metrics = fn(model_output=out_first, data=first, dp_group=None)
     assert float(loss) == 0.0 and metrics == {}
-    assert {"troll_old_ids", "troll_old_logprobs", "troll_old_tail"} <= set(output)
-    assert output["troll_old_ids"].values().shape[0] == 5  # 3 + 2 response tokens
-    assert fn(student_logits=logits, data=second) == {}
+    assert {"troll_old_ids", "troll_old_logprobs", "troll_old_tail"} <= set(out_first)
+    assert out_first["troll_old_ids"].values().shape[0] == 5  # 3 + 2 response tokens
+    assert not torch.equal(out_first["troll_old_logprobs"].values(), out_second["troll_old_logprobs"].values())
+    with pytest.raises(RuntimeError, match="use_fused_kernels=False"):
+        fn(model_output={}, data=first, dp_group=None)  # its rows were taken: as if the hook had not run
 
 
 def test_mismatch_above_the_bound_warns_once_naming_kl_bound(caplog):

@@ -83,7 +83,17 @@ class _UpdateCall:
     metrics: dict[str, Any] | None = None
 
 
+# NOTE: verl 0.9's ppo_loss calls a registered policy loss with the sampled tokens' log-probs and the config only
+# (workers/utils/losses.py: policy_loss_fn(old_log_prob=, log_prob=, advantages=, response_mask=, loss_agg_mode=,
+# config=, rollout_is_weights=)): no engine output reaches it, and the config is shared by every call. So the one
+# window where loss "troll" may run is TrollLossFn._update_loss's call of ppo_loss, which sets this variable before
+# and resets it after (try/finally): inside it, legacy_policy_loss reads that micro-batch's terms and leaves its
+# metrics; outside it, the variable is None and legacy_policy_loss refuses. A context variable, so concurrent calls
+# (threads, asyncio tasks) never see each other's terms. With verl's seam (upstream PR 1) none of this is used.
 _UPDATE_CALL: contextvars.ContextVar[_UpdateCall | None] = contextvars.ContextVar("troll_update_call", default=None)
+# the old pass's K-wide rows, left on the micro-batch by the logits hook (a) for the final call (b): the engine passes
+# the same micro-batch object to both (FSDP: prepare_model_outputs, then the loss)
+_OLD_ROWS_KEY = "troll_old_rows"
 
 
 def legacy_policy_loss(
@@ -124,8 +134,6 @@ class TrollLossFn:
 
     def __init__(self, config: Any):
         self.config = dataclasses.replace(config, policy_loss=troll_settings(config))
-        # the old pass's K-wide rows, from the logits hook (a) to the final call (b) of one micro-batch; see _give
-        self._handoff: tuple[int, Any] | None = None
         # bypass mode: the next update call is the step's first micro-batch (the train-inference mismatch)
         self._mismatch_pending = False
         self._mismatch_warned = False
@@ -172,23 +180,14 @@ class TrollLossFn:
         # FSDP: gather this micro-batch's rows across Ulysses ranks now (every rank runs the hook), attach in (b)
         n_tokens = int(data["input_ids"].offsets()[-1])
         rows = {key: _gather_sp_rows(value.squeeze(0), n_tokens) for key, value in old.items()}
-        if self._handoff is not None:
-            raise RuntimeError(
-                "TROLL's logits hook ran for a new micro-batch before the final loss call of the previous one; the "
-                "engine's call order changed (TROLL expects hook, then final call, per micro-batch)."
-            )
-        self._handoff = (id(data), rows)
+        tu.assign_non_tensor(data, **{_OLD_ROWS_KEY: rows})  # for the final call of this micro-batch
         return {}
 
     def _old_pass_output(self, model_output: dict, data: TensorDict):
-        handoff, self._handoff = self._handoff, None
+        handoff = tu.get_non_tensor_data(data=data, key=_OLD_ROWS_KEY, default=None)
         if handoff is not None:
-            if handoff[0] != id(data):
-                raise RuntimeError(
-                    "TROLL's final loss call received a different micro-batch than its logits hook; the engine's "
-                    "call order changed."
-                )
-            full = handoff[1]
+            del data[_OLD_ROWS_KEY]
+            full = handoff
         elif all(key in model_output for key in OLD_FIELDS):
             full = {key: model_output.pop(key).values() for key in OLD_FIELDS}  # through the hook (Megatron)
         else:
