@@ -21,10 +21,10 @@ in the same invocation:
 
 - steps to target: the first step whose trailing 5-step mean train reward reaches ``--target`` (a run that never
   gets there counts as ``steps + 1`` and is marked ``>``);
-- final reward: mean train reward over the last 10 steps; gain: that minus the mean of the first 5 steps; the
-  step-1 reward (sampled from the same initial model by both losses: the paired sampling noise); final greedy
-  validation accuracy;
-- entropy over the last 10 steps; the share of tokens projected (TROLL) or clipped (clip), mean over steps;
+- final reward: mean train reward over the last min(10, steps // 3) steps (at least 1: 3 of 10, 10 of 40); gain:
+  that minus the mean of the first min(5, steps // 4) steps (at least 1: 2 of 10, 5 of 40); the step-1 reward
+  (sampled from the same initial model by both losses: the paired sampling noise); final greedy validation accuracy;
+- entropy over the same last steps; the share of tokens projected (TROLL) or clipped (clip), mean over steps;
 - per phase (generation, old-log-prob pass, update) and per step the median seconds, and the trainer worker's peak
   resident memory, as TROLL / clip ratios per seed.
 
@@ -596,7 +596,8 @@ def plot_curves(results_dir: str, variants: list[str], seeds: list[int], path: s
     return path
 
 
-def main(argv=None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line (the docs' commands for this script are parsed with it: tests/tools/test_docs_on_cpu.py)."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--steps", type=int, default=60)
@@ -617,7 +618,11 @@ def main(argv=None) -> int:
     parser.add_argument("--cache-dir", default=None)
     parser.add_argument("--model", default="tiny", choices=list(MODELS))
     parser.add_argument("--plot", default=None, help="write the reward curves here (PNG)")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
 
     model = MODELS[args.model]
     results_dir = args.results_dir or os.path.join(args.out_dir, "raw")

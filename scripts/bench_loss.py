@@ -349,7 +349,8 @@ def _num(value) -> str:
     return "n/a" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.3f}"
 
 
-def main(argv=None):
+def build_parser() -> argparse.ArgumentParser:
+    """The command line (the docs' commands for this script are parsed with it: tests/tools/test_docs_on_cpu.py)."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", default="cpu")
     p.add_argument("--tokens", type=int, default=512)
@@ -367,7 +368,11 @@ def main(argv=None):
     p.add_argument("--skip-verl-baseline", action="store_true", help="skip verl's logprobs_from_logits baseline")
     p.add_argument("--json", default=None, help="also write the summary here")
     p.add_argument("--markdown", default=None, help="also write the table here")
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
     device = torch.device(args.device)
     torch.manual_seed(0)
     log(f"torch {torch.__version__}, threads {torch.get_num_threads()}, device {device}")

@@ -50,14 +50,19 @@ def _prompts(model_dir: str, count: int) -> list[list[int]]:
     return [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
 
 
-def main(argv=None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line (the docs' commands for this script are parsed with it: tests/tools/test_docs_on_cpu.py)."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--prompts", type=int, default=32, help="prompts per generate call")
     parser.add_argument("--max-tokens", type=int, default=16, help="response budget (the learning runs' 16)")
     parser.add_argument("--topk", type=int, default=64, help="TROLL's topk (K)")
     parser.add_argument("--repeats", type=int, default=4, help="ABBA repetitions (each runs both arms twice)")
     parser.add_argument("--cache-dir", default=None)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
 
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # one process: the timings are the engine's own
     import numpy as np

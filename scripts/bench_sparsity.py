@@ -171,7 +171,8 @@ def report(results: list[dict], k: int, delta: float, kl_bound: float) -> str:
     return "\n".join(lines)
 
 
-def main(argv=None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line (the docs' commands for this script are parsed with it: tests/tools/test_docs_on_cpu.py)."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--temperatures", type=float, nargs="+", default=[1.0, 0.6])
     parser.add_argument("--updates", type=int, nargs="+", default=[1, 8], help="Adam steps after which to measure")
@@ -184,7 +185,11 @@ def main(argv=None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--cache-dir", default=None)
     parser.add_argument("--json", default=None, help="also write the raw results here")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
     assets = build_smollm2(args.cache_dir)
     results = []
     for temperature in args.temperatures:

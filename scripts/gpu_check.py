@@ -294,13 +294,18 @@ def run_stage(name: str, work_dir: str, log_path: str) -> dict:
     return stage
 
 
-def main(argv=None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line (the docs' commands for this script are parsed with it: tests/tools/test_docs_on_cpu.py)."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default="outputs/gpu_check", help="gpu_check.json, gpu_check.md, gpu_check.log")
     parser.add_argument("--work", default=None, help="intermediate files (default: a new temporary folder)")
     parser.add_argument("--stages", nargs="+", default=list(STAGES), choices=list(STAGES))
     parser.add_argument("--stage", choices=list(STAGES), help=argparse.SUPPRESS)  # internal: run one stage here
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
     work = args.work or tempfile.mkdtemp(prefix="troll-gpu-check-")
     if args.stage:
         result = STAGES[args.stage](work)

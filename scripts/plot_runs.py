@@ -54,8 +54,8 @@ def _default_labels(paths: list[str]) -> list[str]:
     return [str(i) for i in range(len(paths))]
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Parse the arguments, read every run, write the plots, print their paths and the run table."""
+def build_parser() -> argparse.ArgumentParser:
+    """The command line (the docs' commands for this script are parsed with it: tests/tools/test_docs_on_cpu.py)."""
     parser = argparse.ArgumentParser(
         prog="plot_runs.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -67,6 +67,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--metrics", nargs="+", choices=list(PANELS), metavar="PANEL",
                         help=f"panels to draw (default: every panel with data): {', '.join(PANELS)}")  # fmt: skip
     parser.add_argument("--title", default="", help="figure title")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse the arguments, read every run, write the plots, print their paths and the run table."""
+    parser = build_parser()
     args = parser.parse_args(argv)
     if args.smooth < 1:
         parser.error("--smooth must be >= 1")
