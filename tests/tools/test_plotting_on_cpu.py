@@ -310,3 +310,31 @@ def test_write_plots_and_quickstart_api(tmp_path):
     assert list(written) == ["reward", "val", "entropy", "kl", "eta", "constrained", "overview"]
     with pytest.raises(ValueError, match="unknown panel"):
         write_plots(runs, str(tmp_path / "x"), metrics=["loss"])
+
+
+def test_quickstart_summary_prints_the_configured_bound(tmp_path, capsys):
+    """The summary line names the run's own ε (not a fixed 0.05), the largest bound violation, and verl's
+    ``training/rollout_probs_diff_max`` as the token-probability difference it is (the old key kept as an alias)."""
+    from troll_verl.tools import quickstart
+
+    key = "actor_rollout_ref.actor.policy_loss.kl_bound"
+    assert quickstart.configured_kl_bound([]) == 0.05  # TrollConfig's default
+    assert quickstart.configured_kl_bound(["a.b=1", f"{key}=0.1", f"+{key}=0.02"]) == 0.02  # the last one wins
+    saved = tmp_path / "run" / "hydra" / ".hydra"
+    saved.mkdir(parents=True)
+    (saved / "config.yaml").write_text("actor_rollout_ref:\n  actor:\n    policy_loss:\n      kl_bound: 0.03\n")
+    assert quickstart.configured_kl_bound([f"{key}=0.1"], str(tmp_path / "run")) == 0.03  # the composed config
+    assert quickstart.configured_kl_bound([f"{key}=0.1"], str(tmp_path / "elsewhere")) == 0.1
+
+    rows = read_metrics(_fixture("grpo_troll_seed0", "jsonl"))
+    for row in rows:
+        row["training/rollout_probs_diff_max"] = 1.5e-5
+    summary = quickstart.summarize(rows, 60.0, "troll", kl_bound=0.02)
+    assert summary["troll"]["kl_bound"] == 0.02
+    assert summary["rollout_actor_prob_diff_max"] == summary["rollout_actor_logprob_gap_max"] == 1.5e-5
+    quickstart._print_summary("TROLL", summary)
+    out = capsys.readouterr().out
+    assert "bound 0.02)" in out and "bound 0.05" not in out
+    violation = summary["troll"]["bound_violation_max"]
+    assert f"bound violation (max, 0 unless the solver hit eta_max): {violation:.1e}" in out
+    assert "rollout vs actor token-probability difference (max): 1.5e-05" in out and "log-prob gap" not in out

@@ -50,9 +50,11 @@ from .lifetime import Watchdog, new_run_tag, run_env, stop_tagged, tagged_proces
 from .plotting import REWARD_KEY, plot_runs, read_metrics
 
 __all__ = ["CPUModel", "MODELS", "cpu_run_overrides", "micro_batch_size", "tiny_cpu_overrides", "run_trainer",
-           "summarize", "plot_runs", "read_metrics", "RunResult", "main", "REWARD_KEY", "VAL_KEY"]  # fmt: skip
+           "summarize", "configured_kl_bound", "plot_runs", "read_metrics", "RunResult", "main", "REWARD_KEY",
+           "VAL_KEY"]  # fmt: skip
 
 VAL_KEY = "val-core/troll_tiny/addition/acc/mean@1"
+_KL_BOUND_KEY = "actor_rollout_ref.actor.policy_loss.kl_bound"
 _TROLL_KEYS = ("actor/troll/kl_before", "actor/troll/kl_after", "actor/troll/kl_after_max", "actor/troll/eta_mean",
                "actor/troll/projected_frac", "actor/troll/bound_violation_max")  # fmt: skip
 
@@ -111,7 +113,7 @@ MODELS = {
     # 0.1 M parameters, byte-level: seconds per step; the fast tests and the learning benchmark's built-in task
     "tiny": CPUModel("tiny", _build_tiny, "pkg://troll_verl.assets.tiny.task", VAL_KEY, prompt_length=32,
                      response_length=8, batch_prompts=16, n=8, lr=5e-4, steps=40, test_freq=10, micro_batch=64),
-    # SmolLM2-135M-Instruct from PyPI (troll_verl.assets.smollm2): a real pretrained LLM, ~20 s per step on 2 cores
+    # SmolLM2-135M-Instruct from PyPI (troll_verl.assets.smollm2): a real pretrained LLM, ~30 s per step on 2 cores
     "smollm2": CPUModel("smollm2", _build_smollm2, "pkg://troll_verl.assets.smollm2.task",
                         "val-core/troll_smollm2/addition/acc/mean@1", prompt_length=64, response_length=16,
                         batch_prompts=8, n=4, lr=2e-5, steps=8, test_freq=4, micro_batch=16),
@@ -346,8 +348,39 @@ def reward_window(steps: int) -> int:
     return max(1, min(5, steps // 4))
 
 
-def summarize(rows: list[dict], wall_seconds: float, loss_mode: str, val_key: str = VAL_KEY) -> dict:
-    """``summary.json`` content: steps, reward/validation at start and end, trust-region and entropy metrics."""
+def configured_kl_bound(overrides: list[str], run_dir: str | None = None) -> float:
+    """The trust-region bound ε a run trained with.
+
+    The composed config Hydra saved for the run (``<run_dir>/hydra/.hydra/config.yaml``) when there is one, else the
+    last ``actor_rollout_ref.actor.policy_loss.kl_bound=`` of ``overrides`` (``+``/``++`` prefixes included), else
+    TROLL's default (:class:`troll_verl.core.config.TrollConfig`).
+    """
+    if run_dir is not None:
+        saved = os.path.join(run_dir, "hydra", ".hydra", "config.yaml")
+        if os.path.exists(saved):
+            from omegaconf import OmegaConf
+
+            value = OmegaConf.select(OmegaConf.load(saved), _KL_BOUND_KEY, default=None)
+            if value is not None:
+                return float(value)
+    values = [o.split("=", 1)[1] for o in overrides if o.lstrip("+").split("=", 1)[0] == _KL_BOUND_KEY and "=" in o]
+    if values:
+        return float(values[-1])
+    from troll_verl.core.config import TrollConfig
+
+    return TrollConfig.kl_bound
+
+
+def summarize(
+    rows: list[dict], wall_seconds: float, loss_mode: str, val_key: str = VAL_KEY, kl_bound: float | None = None
+) -> dict:
+    """``summary.json`` content: steps, reward/validation at start and end, trust-region and entropy metrics.
+
+    ``kl_bound`` is the run's ε (:func:`configured_kl_bound`), recorded beside the trust-region metrics it bounds.
+    ``rollout_actor_prob_diff_max`` is verl's ``training/rollout_probs_diff_max``, the largest
+    ``|exp(logp_actor) - exp(logp_rollout)|``: a token-probability difference (``rollout_actor_logprob_gap_max`` is
+    the same value under its former, misleading name, kept for readers of older ``summary.json`` files).
+    """
     train = [r for r in rows if REWARD_KEY in r]
     rewards = [r[REWARD_KEY] for r in train]
     val = [(r["step"], r[val_key]) for r in rows if val_key in r]
@@ -362,15 +395,17 @@ def summarize(rows: list[dict], wall_seconds: float, loss_mode: str, val_key: st
         "val_acc_end": val[-1][1] if val else None,
         "entropy_start": _mean([r["actor/entropy"] for r in train[:window] if "actor/entropy" in r]),
         "entropy_end": _mean([r["actor/entropy"] for r in train[-window:] if "actor/entropy" in r]),
-        "rollout_actor_logprob_gap_max": max(
+        "rollout_actor_prob_diff_max": max(
             (r.get("training/rollout_probs_diff_max", 0.0) for r in train), default=None
         ),
         "wall_seconds": wall_seconds,
     }
+    summary["rollout_actor_logprob_gap_max"] = summary["rollout_actor_prob_diff_max"]  # former name
     troll = {key.split("/")[-1]: _mean([r[key] for r in train if key in r]) for key in _TROLL_KEYS}
     if any(v is not None for v in troll.values()):
         troll["kl_after_max"] = max((r.get("actor/troll/kl_after_max", 0.0) for r in train), default=None)
         troll["bound_violation_max"] = max((r.get("actor/troll/bound_violation_max", 0.0) for r in train), default=None)
+        troll["kl_bound"] = kl_bound
         summary["troll"] = troll
     clip = _mean([r["actor/pg_clipfrac"] for r in train if "actor/pg_clipfrac" in r])
     if loss_mode != "troll" and clip is not None:
@@ -422,12 +457,14 @@ def _print_summary(label: str, summary: dict) -> None:
     troll = summary.get("troll")
     if troll:
         print(f"  trust region (per token, mean over steps): KL before projection {f(troll['kl_before'], '.4f')}, "
-              f"after {f(troll['kl_after'], '.4f')} (max {f(troll['kl_after_max'], '.4f')}, bound 0.05); "
-              f"projected {100 * (troll['projected_frac'] or 0):.0f}% of tokens; "
-              f"eta {f(troll['eta_mean'], '.2f')}")  # fmt: skip
+              f"after {f(troll['kl_after'], '.4f')} (max {f(troll['kl_after_max'], '.4f')}, "
+              f"bound {f(troll.get('kl_bound'), 'g')}); projected {100 * (troll['projected_frac'] or 0):.0f}% of "
+              f"tokens; eta {f(troll['eta_mean'], '.2f')}")  # fmt: skip
+        print(f"  bound violation (max, 0 unless the solver hit eta_max): "
+              f"{f(troll.get('bound_violation_max'), '.1e')}")  # fmt: skip
     if "clipfrac_mean" in summary:
         print(f"  clip fraction (mean): {summary['clipfrac_mean']:.3f}")
-    print(f"  rollout vs actor log-prob gap (max): {f(summary['rollout_actor_logprob_gap_max'], '.1e')}")
+    print(f"  rollout vs actor token-probability difference (max): {f(summary['rollout_actor_prob_diff_max'], '.1e')}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -442,7 +479,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--loss-mode", default="troll", choices=["troll", "vanilla"])
     parser.add_argument("--compare", action="store_true", help="also run the clip baseline (loss_mode=vanilla)")
     parser.add_argument("--out-dir", default=None, help="default: outputs/quickstart/<timestamp>")
-    parser.add_argument("--cache-dir", default=None, help="asset cache (default: $TROLL_VERL_CACHE or ~/.cache)")
+    parser.add_argument("--cache-dir", default=None,
+                        help="asset cache (default: $TROLL_VERL_CACHE or ~/.cache/troll_verl)")  # fmt: skip
     parser.add_argument("--timeout", type=float, default=None, help="seconds per run before giving up")
     parser.add_argument("overrides", nargs="*", help="extra Hydra overrides (after --)")
     args = parser.parse_args(argv)
@@ -488,7 +526,8 @@ def main(argv: list[str] | None = None) -> int:
                 print("".join(f.readlines()[-40:]), file=sys.stderr)
             return result.returncode or 1
         rows = result.rows()
-        summaries[mode] = summarize(rows, result.wall_seconds, mode, model.val_key)
+        summaries[mode] = summarize(rows, result.wall_seconds, mode, model.val_key,
+                                    kl_bound=configured_kl_bound(overrides, run_dir))  # fmt: skip
         runs[label] = rows
         _print_summary(label, summaries[mode])
 
