@@ -243,7 +243,8 @@ def config_doc() -> str:
         else:
             default = ast.get_source_segment(source, node.value)
         text = " ".join(line.strip() for line in described[name].strip().splitlines()).replace("``", "`")
-        text = text[0].upper() + text[1:]
+        if text[:1].isascii():  # a sentence starts with a capital; a symbol keeps its case (ε, α, δ are not Ε, Α, Δ)
+            text = text[:1].upper() + text[1:]
         sections.append(f"### `troll.{name}` ({kind})\n\nDefault: `{default}`. {text}\n")
     head = (
         "Under `actor_rollout_ref.actor.policy_loss` (`verl.workers.config.TrollConfig`), validated on construction.\n"

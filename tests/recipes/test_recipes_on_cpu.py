@@ -294,7 +294,13 @@ def test_readme_lists_every_script_and_labels_the_papers_figures():
     required = dict(
         line.split("=", 1) for line in (RECIPE / "REQUIRED_VERL.txt").read_text().splitlines() if "=" in line
     )
-    assert required["MODE"] == "pinned_tag" and required["TAG"] == "v0.9.1" and "==0.9.1" in required["PIP_INSTALL"]
+    # verl 0.9.1 is a PyPI release without a GitHub tag (upstream/README.md): pin the release, and the commit that the
+    # GitHub-only files were read at (upstream/verl_checks.py's VERL_COMMIT)
+    assert required["MODE"] == "pinned_pypi" and "TAG" not in required
+    assert required["VERL_VERSION"] == "0.9.1" and "==0.9.1" in required["PIP_INSTALL"]
+    checks = (REPO / "upstream" / "verl_checks.py").read_text()
+    verl_commit = re.search(r'^VERL_COMMIT = "([0-9a-f]{40})"', checks, re.M)
+    assert required["COMMIT"] == verl_commit.group(1)
 
 
 # ---------------------------------------------------------------------------------------------------------------

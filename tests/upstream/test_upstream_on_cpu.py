@@ -70,6 +70,17 @@ def test_config_doc_and_yaml_cover_every_troll_setting():
     assert doc.count("### ") == len(names)
 
 
+def test_config_doc_keeps_greek_symbols_and_capitalises_words():
+    """An entry that starts with a symbol keeps it (ε, α, δ; capitalising them gave Ε, Α, Δ); one that starts with a
+    word gets its capital."""
+    doc = make_patches.config_doc()
+    assert "Default: `0.05`. ε, the per-token trust-region radius" in doc
+    assert "Default: `1.0`. α, weight of the regression term" in doc
+    assert "Default: `1e-5`. δ, tokens are kept until" in doc
+    assert "Default: `1e-12`. Probability given to a token" in doc
+    assert not set("ΕΑΔΚ") & set(doc), [line for line in doc.splitlines() if set("ΕΑΔΚ") & set(line)]
+
+
 # ------------------------------------------------------------------------------------------------------------
 # verl_checks: each rule catches what it is for
 # ------------------------------------------------------------------------------------------------------------
