@@ -139,11 +139,13 @@ def test_trainer_name_collision_is_refused():
     out = _run(
         """
         from verl.trainer.ppo.v1.trainer_base import TRAINER_REGISTRY, PPOTrainer
+        import troll_verl.integration.plugin as p
         import troll_verl.integration.trainer as t
+        assert TRAINER_REGISTRY["troll"] is t.TrollTrainer  # registered by the plugin's hooks
         class Other(PPOTrainer):
             pass
         TRAINER_REGISTRY["troll"] = Other
-        t.register_trainer()
+        p._register_trainers(t)
         """
     )
     assert out.returncode != 0 and "trainer registry already has 'troll'" in out.stderr

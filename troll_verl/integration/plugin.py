@@ -34,9 +34,12 @@ rollout ``vllm`` (CPU       ``rollout.replica.RolloutReplicaRegistry``  when ``v
 refit, replaces verl's)                                               loads, only with ``VERL_PLATFORM=cpu``
 ==========================  ========================================  =====================================
 
-Registrations wait for their registry's module (a post-import hook) so that ``import verl`` stays cheap: the
-trainer module alone costs ~2 s, paid only by the process that runs the trainer. verl overwrites policy losses
-silently, so a name already taken by someone else is refused here.
+Every registration is in this module. Each waits for its registry's module (a post-import hook: :func:`when_imported`)
+so that ``import verl`` stays cheap. NOTE: measured (docs/benchmarks.md, "Plugin import cost"): ``import verl`` takes
+4.0 s here, and importing the four registry modules eagerly adds 4.2 s to every process that imports verl (Ray's
+TaskRunner, workers, vLLM servers, agent-loop and reward workers), paid at every run's start-up; with the hooks each
+process pays only for the registries it uses. verl overwrites policy losses silently, so a name already taken by
+someone else is refused here.
 
 **Two routes.** Where verl has the policy-loss logits seam (``core_algos.PolicyLossSpec``: upstream PR 1, see
 ``upstream/``), loss ``troll`` is registered with its hooks (:func:`troll_verl.core.losses.troll_logits_fn`,
@@ -61,6 +64,7 @@ from ..compat import (
     engine_registry_entry,
     is_verls_rollout_loader,
     registered_policy_loss,
+    registered_trainer,
     rollout_replica_loader,
 )
 from .seam import seam_available
@@ -214,10 +218,29 @@ def _register_policy_loss(core_algos) -> None:
         core_algos.register_policy_loss(POLICY_LOSS_NAME)(troll_policy_loss)
 
 
-def _register_trainer(_v1_package) -> None:
-    # troll_verl.integration.trainer registers itself at the end of its import (it may be the module importing v1
-    # right now).
-    importlib.import_module("troll_verl.integration.trainer")
+_TRAINER_MODULE = "troll_verl.integration.trainer"
+
+
+def _register_trainers(trainer_module) -> None:
+    """Register every TROLL trainer (``TROLL_TRAINERS``) in verl's v1 registry, refusing a name another class has."""
+    from verl.trainer.ppo.v1 import register_trainer
+
+    for name, cls in trainer_module.TROLL_TRAINERS.items():
+        existing = registered_trainer(name)
+        if existing is not None and existing is not cls:
+            raise RuntimeError(
+                f"verl's trainer registry already has {name!r} ({existing.__module__}.{existing.__qualname__}); "
+                "uninstall the other plugin."
+            )
+    for name, cls in trainer_module.TROLL_TRAINERS.items():
+        register_trainer(name)(cls)
+
+
+def _load_trainers(_v1_package) -> None:
+    # verl's v1 trainers loaded: load TROLL's, whose own post-import hook registers them. Where TROLL's trainer module
+    # is the one importing v1 right now (it was imported first), that hook registers them once it is complete.
+    if _TRAINER_MODULE not in sys.modules:
+        importlib.import_module(_TRAINER_MODULE)
 
 
 def _register_cpu_engines(_engine_package) -> None:
@@ -276,7 +299,8 @@ def register() -> None:
     from troll_verl.platform.cpu import cpu_platform_requested
 
     when_imported("verl.trainer.ppo.core_algos", _register_policy_loss)
-    when_imported("verl.trainer.ppo.v1", _register_trainer)
+    when_imported(_TRAINER_MODULE, _register_trainers)
+    when_imported("verl.trainer.ppo.v1", _load_trainers)
     if cpu_platform_requested():
         _register_cpu_platform()
     _REGISTERED = True

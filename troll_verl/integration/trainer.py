@@ -63,7 +63,7 @@ from troll_verl.bypass.mode import (
     prepare_bypass,
     put_old_topk_from_rollout,
 )
-from troll_verl.compat import rebuild_llm_client, registered_trainer
+from troll_verl.compat import rebuild_llm_client
 from troll_verl.platform.cpu import cpu_platform_requested
 
 from .config import troll_loss_enabled, troll_trainer_mode, use_troll_policy_loss_config, validate_troll_config
@@ -86,12 +86,7 @@ __all__ = [
     "TrollTrainerColocateAsync",
     "TrollTrainerSeparateAsync",
     "TROLL_TRAINERS",
-    "TRAINER_NAME",
-    "register_trainer",
 ]
-
-# trainer.v1.trainer_mode that selects TROLL on verl's sync trainer (python -m troll_verl.main presets it)
-TRAINER_NAME = "troll"
 
 # Replay-buffer poll interval on the CPU platform (verl's default is 2 s).
 CPU_REPLAY_POLL_S = 0.05
@@ -235,20 +230,3 @@ TROLL_TRAINERS = {
 }
 TROLL_TRAINERS["troll_sync"] = TrollTrainer
 
-
-def register_trainer() -> None:
-    """Register every TROLL trainer in verl's v1 trainer registry (refusing a name taken by another class)."""
-    from verl.trainer.ppo.v1.trainer_base import register_trainer as _register
-
-    for name, cls in TROLL_TRAINERS.items():
-        existing = registered_trainer(name)
-        if existing is not None and existing is not cls:
-            raise RuntimeError(
-                f"verl's trainer registry already has {name!r} ({existing.__module__}.{existing.__qualname__}); "
-                "uninstall the other plugin."
-            )
-    for name, cls in TROLL_TRAINERS.items():
-        _register(name)(cls)
-
-
-register_trainer()
