@@ -13,8 +13,8 @@
 # limitations under the License.
 """Every ``scripts/bench_*.py`` runs at a tiny size, so a benchmark cannot break silently (no timing is checked).
 
-The two that need the real model (bench_sparsity, bench_rollout_topk) run in ``test_smollm2_on_cpu.py``, on the asset
-those tests build.
+The two that need the real model (bench_sparsity, bench_rollout_topk) run in ``tests/e2e/test_real_model_on_cpu.py``,
+on the asset those tests build.
 """
 
 import glob
@@ -24,7 +24,7 @@ import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SMOKED_HERE = {"bench_loss.py", "bench_learning.py"}
+SMOKED_HERE = {"bench_loss.py", "bench_learning.py", "bench_import.py"}
 SMOKED_WITH_THE_REAL_MODEL = {"bench_sparsity.py", "bench_rollout_topk.py"}
 
 
@@ -60,3 +60,9 @@ def test_bench_learning_arms_compose_and_the_report_regenerates(tmp_path):
     out = _run("scripts/bench_learning.py", "--model", "smollm2", "--report-only", "--stress", "--variants", "lr1e-4",
                "--seeds", "0", "--steps", "10", "--results-dir", "benchmarks/results/stress_map")  # fmt: skip
     assert "| lr1e-4 | troll | 1 |" in out and "| lr1e-4 | clip | 1 |" in out
+
+
+def test_bench_import_at_a_tiny_size():
+    out = _run("scripts/bench_import.py", "--repeats", "1")
+    rows = [line for line in out.splitlines() if line.startswith("| import verl") or line.startswith("| +")]
+    assert len(rows) == 3 and rows[0].split("|")[3].strip() == "1.00"
