@@ -248,7 +248,9 @@ def test_every_documented_command_line_parses():
                 continue
             if not args and not with_python:
                 continue  # the script named, not a command
-            assert script in parsers, f"{_page_id(page)} quotes scripts/{script}.py, which this test does not know"
+            if script not in parsers:  # a script the docs started quoting: it exposes its parser too
+                assert (ROOT / "scripts" / f"{script}.py").exists(), f"{_page_id(page)}: no scripts/{script}.py"
+                parsers[script] = load_script(script).build_parser()
             err = io.StringIO()
             try:
                 with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
