@@ -13,6 +13,7 @@
 # limitations under the License.
 """The real pretrained LLM for CPU runs (SmolLM2-135M-Instruct from a pinned PyPI wheel) and its task."""
 
-from .assets import AssetError, SmolAssets, SmolSpec, build_smollm2
+from ..common import Assets
+from .assets import AssetError, SmolSpec, build_smollm2
 
-__all__ = ["AssetError", "SmolAssets", "SmolSpec", "build_smollm2"]
+__all__ = ["AssetError", "Assets", "SmolSpec", "build_smollm2"]

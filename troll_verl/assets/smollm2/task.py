@@ -25,9 +25,10 @@ Operands are drawn from ``[lo, hi)``; every ordered pair is one problem and a se
 
 from __future__ import annotations
 
-import random
 import re
 from dataclasses import dataclass
+
+from ..common import addition_rows, addition_split
 
 __all__ = ["DATA_SOURCE", "ArithmeticTask", "compute_score", "prompt_text", "last_integer"]
 
@@ -70,21 +71,9 @@ class ArithmeticTask:
             raise ValueError(f"val_fraction must be in (0, 1), got {self.val_fraction}")
 
     def split(self) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
-        pairs = [(a, b) for a in range(self.lo, self.hi) for b in range(self.lo, self.hi)]
-        random.Random(self.seed).shuffle(pairs)
-        num_val = max(1, round(len(pairs) * self.val_fraction))
-        return pairs[num_val:], pairs[:num_val]
+        return addition_split(range(self.lo, self.hi), self.val_fraction, self.seed)
 
     @staticmethod
     def rows(pairs: list[tuple[int, int]], split: str) -> list[dict]:
-        """verl's RL parquet rows: ``data_source``, chat ``prompt``, ``ability``, ``reward_model``, ``extra_info``."""
-        return [
-            {
-                "data_source": DATA_SOURCE,
-                "prompt": [{"role": "user", "content": prompt_text(a, b)}],
-                "ability": "math",
-                "reward_model": {"style": "rule", "ground_truth": str(a + b)},
-                "extra_info": {"split": split, "index": index, "a": a, "b": b},
-            }
-            for index, (a, b) in enumerate(pairs)
-        ]
+        """verl's RL parquet rows (:func:`troll_verl.assets.common.addition_rows`)."""
+        return addition_rows(pairs, split, DATA_SOURCE, prompt_text)

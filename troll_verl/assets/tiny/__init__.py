@@ -13,6 +13,7 @@
 # limitations under the License.
 """The built-in tiny model and task for the CPU end-to-end run (see :mod:`troll_verl.assets.tiny.assets`)."""
 
-from .assets import TinyAssets, TinySpec, build_assets, default_cache_dir
+from ..common import Assets, default_cache_dir
+from .assets import TinySpec, build_assets
 
-__all__ = ["TinyAssets", "TinySpec", "build_assets", "default_cache_dir"]
+__all__ = ["Assets", "TinySpec", "build_assets", "default_cache_dir"]

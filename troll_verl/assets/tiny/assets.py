@@ -13,27 +13,25 @@
 # limitations under the License.
 """Build (once) and cache the tiny model, tokenizer and task data; no downloads.
 
-``build_assets()`` returns :class:`TinyAssets` with a ``transformers`` model directory (warmed-up weights, the
-byte-level Qwen2 tokenizer, a generation config) and the train/validation parquet files. The cache directory is
-keyed by a hash of everything that shapes the assets, so changing a setting builds a fresh set and a finished
-set is reused as is. Builds write into a temporary directory that is renamed into place, so an interrupted build
-never leaves a half-written cache behind.
+``build_assets()`` returns :class:`~troll_verl.assets.common.Assets` with a ``transformers`` model directory
+(warmed-up weights, the byte-level Qwen2 tokenizer, a generation config) and the train/validation parquet files.
+The cache directory is keyed by a hash of everything that shapes the assets, so changing a setting builds a fresh
+set and a finished set is reused as is. Builds write into a temporary directory that is renamed into place, so an
+interrupted build never leaves a half-written cache behind.
 
 CLI: ``python -m troll_verl.assets.tiny [--cache-dir DIR] [--force]`` prints the paths as JSON.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
-import shutil
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
-__all__ = ["TinyAssets", "TinySpec", "build_assets", "default_cache_dir"]
+from ..common import Assets, build_cached, default_cache_dir, spec_key
+
+__all__ = ["Assets", "TinySpec", "build_assets", "default_cache_dir"]
 
 _ASSETS_VERSION = 2  # 2: head dimension 32 (vLLM's CPU attention)
 
@@ -51,38 +49,7 @@ class TinySpec:
     warmup_lr: float = 3e-3
 
     def key(self) -> str:
-        payload = json.dumps({"version": _ASSETS_VERSION, **asdict(self)}, sort_keys=True)
-        return hashlib.sha256(payload.encode()).hexdigest()[:12]
-
-
-@dataclass(frozen=True)
-class TinyAssets:
-    root: str
-    model_dir: str
-    train_file: str
-    val_file: str
-    info: dict
-
-    def as_dict(self) -> dict:
-        return {"root": self.root, "model_dir": self.model_dir, "train_file": self.train_file,
-                "val_file": self.val_file, "info": self.info}  # fmt: skip
-
-
-def default_cache_dir() -> str:
-    """``$TROLL_VERL_CACHE`` or ``~/.cache/troll_verl``."""
-    return os.environ.get("TROLL_VERL_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "troll_verl")
-
-
-def _load(root: str) -> TinyAssets:
-    with open(os.path.join(root, "assets.json")) as f:
-        info = json.load(f)
-    return TinyAssets(
-        root=root,
-        model_dir=os.path.join(root, "model"),
-        train_file=os.path.join(root, "data", "train.parquet"),
-        val_file=os.path.join(root, "data", "val.parquet"),
-        info=info,
-    )
+        return spec_key(_ASSETS_VERSION, self)
 
 
 def build_assets(
@@ -91,29 +58,11 @@ def build_assets(
     *,
     force: bool = False,
     log: Callable[[str], None] | None = print,
-) -> TinyAssets:
+) -> Assets:
     """Return the cached assets for ``spec``, building them first if needed (a few seconds on 2 cores)."""
     spec = spec or TinySpec()
-    cache_dir = cache_dir or default_cache_dir()
-    root = os.path.join(cache_dir, f"tiny-{spec.key()}")
-    if os.path.exists(os.path.join(root, "assets.json")) and not force:
-        return _load(root)
-    os.makedirs(cache_dir, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=".tiny-build-", dir=cache_dir)
-    try:
-        info = _build_into(tmp, spec, log=log or (lambda _msg: None))
-        with open(os.path.join(tmp, "assets.json"), "w") as f:
-            json.dump(info, f, indent=2)
-        if os.path.exists(root):
-            shutil.rmtree(root)
-        try:
-            os.rename(tmp, root)
-        except OSError:  # another process finished the same build first
-            if not os.path.exists(os.path.join(root, "assets.json")):
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return _load(root)
+    build = lambda out: _build_into(out, spec, log=log or (lambda _msg: None))  # noqa: E731
+    return build_cached(cache_dir or default_cache_dir(), "tiny", spec.key(), build, force=force)
 
 
 def _build_into(out: str, spec: TinySpec, log: Callable[[str], None]) -> dict:
