@@ -29,7 +29,7 @@ from .sparse import SparseSupport
 if TYPE_CHECKING:  # the settings class is verl's BaseConfig; the terms need only its values
     from .config import TrollConfig
 
-__all__ = ["TrollTokenTerms", "troll_token_terms", "TROLL_LOGITS_OUTPUT_KEYS"]
+__all__ = ["TrollTokenTerms", "troll_token_terms", "hook_outputs", "TROLL_LOGITS_OUTPUT_KEYS"]
 
 
 class TrollTokenTerms(NamedTuple):
@@ -69,6 +69,22 @@ TROLL_LOGITS_OUTPUT_KEYS = (
     "troll_solver_iters",
     "troll_old_bytes_per_token",
 )
+
+
+def hook_outputs(terms: TrollTokenTerms, iters: int, rows: torch.Tensor, n_rows: int, shape) -> dict[str, torch.Tensor]:
+    """The update-pass hook's per-row outputs: each term at ``rows`` of ``n_rows`` logits rows (0 elsewhere),
+    reshaped to ``shape`` (the engine's per-row shape), and the solver's iteration count on every row.
+
+    Args:
+        terms: :class:`TrollTokenTerms` of shape ``(R,)``, one per response row of this shard.
+        iters: the solver's passes. rows: ``(R,)`` int64 indices into the shard's rows.
+    """
+    out = {}
+    for name, value in zip(terms._fields, terms, strict=True):
+        full = torch.zeros(n_rows, dtype=value.dtype, device=value.device).index_put((rows,), value)
+        out["log_probs" if name == "log_prob" else f"troll_{name}"] = full.reshape(shape)
+    out["troll_solver_iters"] = torch.full(shape, float(iters), dtype=torch.float32, device=rows.device)
+    return out
 
 
 @full_precision

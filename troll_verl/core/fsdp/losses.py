@@ -32,7 +32,7 @@ from verl.utils.ulysses import get_ulysses_sequence_parallel_rank, get_ulysses_s
 from ..config import TrollConfig
 from ..layout import OLD_FIELDS, response_lengths, response_rows, response_values
 from ..sparse import OldTopK, old_topk_from_logits, troll_sparse_from_logits
-from ..terms import troll_token_terms
+from ..terms import hook_outputs, troll_token_terms
 
 __all__ = ["compute_troll_old_topk", "compute_troll_token_terms"]
 
@@ -117,9 +117,4 @@ def compute_troll_token_terms(
         chunk_size=cfg.chunk_size, rows=local_rows, old_estimate=cfg.old_estimate,
     )  # fmt: skip
     terms, iters = troll_token_terms(support, cfg)
-    out = {}
-    for name, value in zip(terms._fields, terms, strict=True):
-        key = "log_probs" if name == "log_prob" else f"troll_{name}"
-        out[key] = torch.zeros(L, dtype=value.dtype, device=value.device).index_put((local_rows,), value).unsqueeze(0)
-    out["troll_solver_iters"] = torch.full((1, L), float(iters), dtype=torch.float32, device=logits.device)
-    return out
+    return hook_outputs(terms, iters, local_rows, L, (1, L))

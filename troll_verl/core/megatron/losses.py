@@ -62,7 +62,7 @@ from ..sparse import (
     sparse_forward,
     union_support,
 )
-from ..terms import troll_token_terms
+from ..terms import hook_outputs, troll_token_terms
 
 __all__ = [
     "vocab_parallel_old_topk",
@@ -391,11 +391,4 @@ def compute_troll_token_terms(
         floor=cfg.floor, chunk_size=cfg.chunk_size, rows=local_rows, old_estimate=cfg.old_estimate,
     )  # fmt: skip
     terms, iters = troll_token_terms(support, cfg)
-    out = {}
-    for name, value in zip(terms._fields, terms, strict=True):
-        full = torch.zeros(L, dtype=value.dtype, device=value.device).index_put((local_rows,), value)
-        out["log_probs" if name == "log_prob" else f"troll_{name}"] = full.reshape(student_logits.shape[:-1])
-    out["troll_solver_iters"] = torch.full(
-        student_logits.shape[:-1], float(iters), dtype=torch.float32, device=logits.device
-    )
-    return out
+    return hook_outputs(terms, iters, local_rows, L, student_logits.shape[:-1])
