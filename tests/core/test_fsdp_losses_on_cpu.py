@@ -24,6 +24,7 @@ import torch
 import torch.multiprocessing as mp
 
 from troll_verl.core.layout import response_lengths, response_rows, response_values
+from troll_verl.testing.dist import FileFunction
 from troll_verl.testing.verl_engine import free_port, make_batch, tiny_model_dir
 
 
@@ -84,7 +85,8 @@ def _run_sp(world, model_dir):
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     port = free_port()
-    procs = [ctx.Process(target=_sp_worker, args=(r, world, port, model_dir, queue)) for r in range(world)]
+    worker = FileFunction(__file__, "_sp_worker")
+    procs = [ctx.Process(target=worker, args=(r, world, port, model_dir, queue)) for r in range(world)]
     for p in procs:
         p.start()
     try:

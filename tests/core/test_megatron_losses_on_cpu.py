@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 import torch
 
-from troll_verl.testing.dist import run_distributed
+from troll_verl.testing.dist import FileFunction, run_distributed
 
 V, N, K, DELTA = 96, 11, 6, 1e-3
 
@@ -74,7 +74,7 @@ def _tp_rank(rank, world):
 @pytest.mark.slow
 def test_vocab_parallel_primitives_tp2_equal_single_rank():
     ref_old, ref_sup, ref_grad = _single_rank()
-    results = run_distributed(_tp_rank, 2)
+    results = run_distributed(FileFunction(__file__, "_tp_rank"), 2)
     vp = V // 2
     for rank, (old, sup, grad) in enumerate(results):
         for got, want in zip(old, ref_old, strict=True):
@@ -173,7 +173,7 @@ def _megatron_rank(rank, world, tp, cp):
 def test_engine_functions_tp_cp_equal_single_rank(tp, cp):
     pytest.importorskip("megatron.core")
     old_ref, terms_ref, _ = _fsdp_reference()
-    results = run_distributed(_megatron_rank, tp * cp, tp, cp)
+    results = run_distributed(FileFunction(__file__, "_megatron_rank"), tp * cp, tp, cp)
     covered = set()
     for res in results:
         rows = res["rows"]

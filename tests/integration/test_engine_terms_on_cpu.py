@@ -37,6 +37,7 @@ from troll_verl.config import TrollPolicyLossConfig
 from troll_verl.core.layout import response_rows
 from troll_verl.core.losses import troll_policy_objective, troll_token_terms
 from troll_verl.core.sparse import OldTopK, troll_sparse_from_logits
+from troll_verl.testing.dist import FileFunction
 from troll_verl.testing.verl_engine import (
     compose_config,
     free_port,
@@ -279,7 +280,8 @@ def _run_dp(world, model_dir, loss_agg_mode):
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     port = free_port()
-    procs = [ctx.Process(target=_dp_worker, args=(r, world, port, model_dir, loss_agg_mode, queue))
+    worker = FileFunction(__file__, "_dp_worker")
+    procs = [ctx.Process(target=worker, args=(r, world, port, model_dir, loss_agg_mode, queue))
              for r in range(world)]  # fmt: skip
     for p in procs:
         p.start()

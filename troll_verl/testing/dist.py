@@ -15,11 +15,34 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import socket
 import traceback
 
 import torch.multiprocessing as mp
+
+
+class FileFunction:
+    """A picklable reference to function ``name`` of the Python file ``path``, for spawned processes.
+
+    Test modules are imported under names a spawned child cannot import (pytest's importlib import mode), so a child
+    receives this instead of the function, and loads the file itself on the first call.
+    """
+
+    _modules: dict = {}
+
+    def __init__(self, path: str, name: str):
+        self.path, self.name = os.path.abspath(path), name
+
+    def __call__(self, *args, **kwargs):
+        module = self._modules.get(self.path)
+        if module is None:
+            spec = importlib.util.spec_from_file_location(f"_troll_spawned_{len(self._modules)}", self.path)
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            self._modules[self.path] = module
+        return getattr(module, self.name)(*args, **kwargs)
 
 
 def _free_port() -> int:
