@@ -171,7 +171,6 @@ def _megatron_rank(rank, world, tp, cp):
 @pytest.mark.slow
 @pytest.mark.parametrize("tp, cp", [(2, 1), (1, 2)])
 def test_engine_functions_tp_cp_equal_single_rank(tp, cp):
-    pytest.importorskip("megatron.core")
     old_ref, terms_ref, _ = _fsdp_reference()
     results = run_distributed(FileFunction(__file__, "_megatron_rank"), tp * cp, tp, cp)
     covered = set()

@@ -13,7 +13,10 @@
 # limitations under the License.
 """The Ray resource guard and the CPU-settings check (before Ray starts; no Ray here)."""
 
+import dataclasses
+
 import pytest
+from verl.single_controller.ray.base import ResourcePoolManager
 
 from troll_verl.platform.cpu import CPU_VLLM_OVERRIDES
 from troll_verl.platform.resources import RayResourceError, apply_ray_resources, check_cpu_settings, ray_demand
@@ -31,8 +34,15 @@ def test_demand_counts_what_verl_reserves():
     # 8 run two workers, 7 hang.
     assert ray_demand(compose_config("m", *_CPU_RUN)).cpus == 5
     assert ray_demand(compose_config("m", *_CPU_RUN, "trainer.n_gpus_per_node=2")).cpus == 8
-    default = ray_demand(compose_config("m", "trainer.n_gpus_per_node=8", "trainer.nnodes=2"))
-    assert (default.cpus, default.gpus) == (1 + 8 + 16 * 3, 16)
+    # a 2 x 8 GPU cluster, with verl's own reservations (read from verl, not restated): each GPU bundle holds
+    # ResourcePoolManager's max_colocate_count CPUs, and the TransferQueue its controller and storage units
+    config = compose_config("m", "trainer.n_gpus_per_node=8", "trainer.nnodes=2")
+    colocate = {f.name: f.default for f in dataclasses.fields(ResourcePoolManager)}["max_colocate_count"]
+    units = config.transfer_queue.backend.SimpleStorage.num_data_storage_units
+    default = ray_demand(config)
+    assert default.gpus == 16
+    assert default.breakdown == {"transfer_queue_controller": 1, "transfer_queue_storage_units": units,
+                                 "trainer_worker_bundles": 16 * colocate}  # fmt: skip
     with_rm = compose_config(
         "m", *_CPU_RUN, "reward.reward_model.enable=True", "reward.reward_model.enable_resource_pool=True",
         "reward.reward_model.n_gpus_per_node=1", "reward.reward_model.nnodes=1",

@@ -27,6 +27,7 @@ import math
 import os
 import sys
 
+import matplotlib.figure
 import numpy as np
 import pytest
 
@@ -67,8 +68,7 @@ def _load_cli():
 
 def _write_tensorboard(jsonl_path: str, log_dir: str) -> str:
     """What verl's ``_TensorboardAdapter`` does with each logged dict: ``add_scalar(key, value, step)`` per key."""
-    pytest.importorskip("tensorboard")
-    from torch.utils.tensorboard import SummaryWriter
+    from torch.utils.tensorboard import SummaryWriter  # tensorboard: a dependency of verl
 
     writer = SummaryWriter(log_dir)
     with open(jsonl_path) as f:
@@ -244,11 +244,16 @@ def test_tensorboard_missing_is_reported_and_skipped(tmp_path, monkeypatch, caps
 # --------------------------------------------------------------------------------------------------------- plots
 
 
-def _assert_png(path: str, min_bytes: int = 15_000) -> None:
+def _assert_png(path: str, min_size: tuple[int, int] = (300, 400)) -> None:
+    """A PNG that decodes to at least ``min_size`` (rows, columns) pixels and is not blank (a drawn figure)."""
+    import matplotlib.image
+
     with open(path, "rb") as f:
         head = f.read(8)
     assert head == PNG_MAGIC, path
-    assert os.path.getsize(path) > min_bytes, (path, os.path.getsize(path))
+    image = matplotlib.image.imread(path)
+    assert image.shape[0] >= min_size[0] and image.shape[1] >= min_size[1], (path, image.shape)
+    assert len({tuple(p) for p in image[::5, ::5, :3].reshape(-1, 3)}) > 20, path
 
 
 def test_cli_renders_troll_vs_clip(tmp_path, capsys):
@@ -267,7 +272,10 @@ def test_cli_renders_troll_vs_clip(tmp_path, capsys):
     for name in [*panels, "overview"]:
         assert f"wrote {out / name}.png" in printed
         _assert_png(str(out / f"{name}.png"))
-    assert os.path.getsize(out / "overview.png") > os.path.getsize(out / "reward.png")
+    import matplotlib.image
+
+    overview, reward = (matplotlib.image.imread(str(out / f"{n}.png")) for n in ("overview", "reward"))
+    assert overview.shape[0] * overview.shape[1] > reward.shape[0] * reward.shape[1]  # every panel in one figure
     # the table: labels, formats, steps and first/last reward and validation of each run
     troll = read_jsonl(_fixture("grpo_troll_seed0", "jsonl"))
     table = {line.split()[0]: line.split() for line in printed.splitlines() if line.startswith(("TROLL ", "clip_run "))}
@@ -305,8 +313,22 @@ def test_write_plots_and_quickstart_api(tmp_path):
             "clip (vanilla)": read_metrics(_fixture("grpo_clip_seed0", "jsonl"))}  # fmt: skip
     path = quickstart.plot_runs(runs, str(tmp_path / "curves.png"), title="GRPO on the built-in addition task")
     assert path == str(tmp_path / "curves.png")
-    _assert_png(path, min_bytes=40_000)
-    written = write_plots(runs, str(tmp_path / "all"), smooth_window=1)
+    _assert_png(path)
+    drawn = []
+    original = matplotlib.figure.Figure.savefig
+
+    def record(fig, *args, **kwargs):
+        drawn.append(fig)
+        return original(fig, *args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(matplotlib.figure.Figure, "savefig", record)
+        written = write_plots(runs, str(tmp_path / "all"), smooth_window=1)
+    # what is drawn is the data: the reward panel's TROLL line is the run's reward series, step by step
+    reward_ax = drawn[0].axes[0]
+    (troll_line,) = [line for line in reward_ax.lines if line.get_label() == "TROLL"]
+    expected = [r[REWARD_KEY] for r in runs["TROLL"] if REWARD_KEY in r]
+    assert list(troll_line.get_ydata()) == pytest.approx(expected)
     assert list(written) == ["reward", "val", "entropy", "kl", "eta", "constrained", "overview"]
     with pytest.raises(ValueError, match="unknown panel"):
         write_plots(runs, str(tmp_path / "x"), metrics=["loss"])
