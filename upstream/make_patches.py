@@ -11,21 +11,25 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Write the two upstream patch series (``upstream/patches/``) from this repository's sources.
+"""Write the upstream patch series (``upstream/patches/``, PRs A to E) from this repository's sources.
 
     python upstream/make_patches.py [--check] [--work DIR] [--out DIR]
     python upstream/make_patches.py --pristine --work DIR      # a pristine tree only; prints its path
 
-PR 1 (the seam) is ``upstream/pr1/verl.diff`` (edits to verl's files) plus the new files under ``upstream/pr1/files``.
-PR 2 (TROLL) is generated from the package: the modules in :data:`MODULES` are copied into verl's tree with the import
-rewrites of :data:`REWRITES` (each must match, so a source change that breaks one stops generation), the tests in
-:data:`TESTS` likewise, the ``troll:`` block of ``actor.yaml`` comes from ``troll_verl/config/troll_trainer.yaml``,
-and verl's ``_generated_*.yaml`` are regenerated with verl's own ``scripts/print_cfg.py``; plus
-``upstream/pr2/verl.diff`` and ``upstream/pr2/files``. Generated Python is import-sorted and formatted with the
-interpreter's ruff under verl's settings (verl pins ruff 0.12.2; ``upstream/check.sh`` installs it).
+Each PR is a folder ``upstream/pr<X>/``: ``PR.md`` (title and description; its first paragraph is the commit
+message), ``verl.diff`` (edits to verl's files, written by hand), ``files/`` (new files, written by hand) and
+``github_only.diff`` (hunks for files verl's PyPI sdist does not carry, appended to the patch).
 
-Hunks for files verl's PyPI sdist does not carry (``docs/index.rst``, ``tests/special_sanity/check_license.py``,
-``examples/README.md``: GitHub only) are kept in ``upstream/pr*/github_only.diff`` and appended to the PR's patch.
+PR D (TROLL for FSDP) and PR E (its Megatron backend) are generated from the package's numerical core,
+``troll_verl/core``: the modules in :data:`MODULES_D` / :data:`MODULES_E` and the tests in :data:`TESTS_D` /
+:data:`TESTS_E` are copied into verl's tree with the import rewrites of :data:`REWRITES` and the per-file edits of
+:data:`EDITS`, which drop the ablation switches (``solver``, ``tail``, ``old_estimate``) and turn the settings that
+are not config keys into constants (:func:`troll_config`). Every rewrite and edit must match what it names, so a
+source change that breaks one stops generation with the file and the rule. ``actor.yaml``'s ``troll:`` block and
+the configuration section of ``docs/algo/troll.md`` come from the same config; verl's ``_generated_*.yaml`` are
+regenerated with verl's own ``scripts/print_cfg.py``. Generated Python is import-sorted (unused imports dropped)
+and formatted with the interpreter's ruff under verl's settings (verl pins ruff 0.12.2; ``upstream/check.sh``
+installs it).
 
 ``--check`` writes nothing and exits 1 if the committed patches differ from what the sources give (drift).
 Needs git, network access to PyPI once (the sdist is cached in the work directory) and hydra-core.
@@ -34,6 +38,7 @@ Needs git, network access to PyPI once (the sdist is cached in the work director
 from __future__ import annotations
 
 import argparse
+import ast
 import difflib
 import os
 import re
@@ -41,11 +46,13 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import textwrap
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 UPSTREAM = ROOT / "upstream"
 VERL_VERSION = os.environ.get("VERL_VERSION", "0.9.1")
+SERIES = ("prA", "prB", "prC", "prD", "prE")
 
 # Fixed identity and dates, so that the same sources always give byte-identical patches.
 GIT_ENV = {
@@ -58,9 +65,11 @@ GIT_ENV = {
     "GIT_CONFIG_GLOBAL": "/dev/null",
     "GIT_CONFIG_NOSYSTEM": "1",
 }
+# verl's AGENTS.md asks for attribution trailers; the submitter adds Signed-off-by (git am -s)
+TRAILERS = "Co-authored-by: Claude <noreply@anthropic.com>\n"
 
-# package module -> path in verl's tree (PR 2)
-MODULES = {
+# package module -> path in verl's tree
+MODULES_D = {
     "troll_verl/core/projection.py": "verl/trainer/troll/projection.py",
     "troll_verl/core/sparse.py": "verl/trainer/troll/sparse.py",
     "troll_verl/core/layout.py": "verl/trainer/troll/layout.py",
@@ -68,51 +77,55 @@ MODULES = {
     "troll_verl/core/losses.py": "verl/trainer/troll/losses.py",
     "troll_verl/core/fsdp/__init__.py": "verl/trainer/troll/fsdp/__init__.py",
     "troll_verl/core/fsdp/losses.py": "verl/trainer/troll/fsdp/losses.py",
-    "troll_verl/core/megatron/__init__.py": "verl/trainer/troll/megatron/__init__.py",
-    "troll_verl/core/megatron/losses.py": "verl/trainer/troll/megatron/losses.py",
     "troll_verl/core/config.py": "verl/workers/config/troll.py",
 }
-# package test -> path in verl's tree (PR 2); troll_verl/testing/reference.py is their shared brute-force reference
-TESTS = {
+MODULES_E = {
+    "troll_verl/core/megatron/__init__.py": "verl/trainer/troll/megatron/__init__.py",
+    "troll_verl/core/megatron/losses.py": "verl/trainer/troll/megatron/losses.py",
+}
+# package test -> path in verl's tree; troll_verl/testing/reference.py is their shared brute-force reference
+TESTS_D = {
     "troll_verl/testing/reference.py": "tests/trainer/ppo/_troll_reference.py",
     "tests/core/test_projection_on_cpu.py": "tests/trainer/ppo/test_troll_projection_on_cpu.py",
     "tests/core/test_sparse_on_cpu.py": "tests/trainer/ppo/test_troll_sparse_on_cpu.py",
     "tests/core/test_losses_on_cpu.py": "tests/trainer/ppo/test_troll_losses_on_cpu.py",
     "tests/integration/test_seam_on_cpu.py": "tests/trainer/ppo/test_troll_ppo_loss_on_cpu.py",
 }
+TESTS_E = {
+    "troll_verl/testing/dist.py": "tests/trainer/ppo/_troll_dist.py",
+    "tests/core/test_megatron_losses_on_cpu.py": "tests/trainer/ppo/test_troll_megatron_on_cpu.py",
+}
+
+# TrollConfig's fields that stay config keys (TROLL §6 names them); every other field becomes a class constant of
+# TrollConfig (not a key) with its value and docstring, and the ablation switches go with their code paths.
+EXPOSED = ("kl_bound", "alpha", "topk", "ratio_level")
+ABLATIONS = {"old_estimate": "floor", "tail": "bucket", "solver": "newton"}
+
 _SUBMODULES = "projection|sparse|layout|terms|losses|fsdp|megatron"
 _USES_SETTINGS = ("troll_verl/core/terms.py", "troll_verl/core/fsdp/losses.py", "troll_verl/core/megatron/losses.py")
 _USES_CONFIG = ("tests/core/test_losses_on_cpu.py", "tests/integration/test_seam_on_cpu.py")
 # (pattern, replacement, the sources it must match in); regular expressions, applied to every generated file in order
 REWRITES = [
     (r"from \.{1,2}config import", "from verl.workers.config.troll import", _USES_SETTINGS),
-    (r"from \.sparse import OLD_ESTIMATES", "from verl.trainer.troll.sparse import OLD_ESTIMATES",
-     ("troll_verl/core/config.py",)),
     (rf"\btroll_verl\.core\.({_SUBMODULES})\b", r"verl.trainer.troll.\1", ()),
     (r"\btroll_verl\.core\.config\b", "verl.workers.config.troll", ()),
     (r"from troll_verl\.testing\.reference import", "from tests.trainer.ppo._troll_reference import",
      ("tests/core/test_projection_on_cpu.py", "tests/core/test_sparse_on_cpu.py", "tests/core/test_losses_on_cpu.py")),
+    (r"from troll_verl\.testing\.dist import", "from tests.trainer.ppo._troll_dist import",
+     ("tests/core/test_megatron_losses_on_cpu.py",)),
     (r"sharing no code with troll_verl", "sharing no code with verl.trainer.troll",
      ("troll_verl/testing/reference.py",)),
+    (r"``docs/troll\.md``", "``docs/algo/troll.md``", ("troll_verl/core/sparse.py",)),
     # the plugin's flat TrollPolicyLossConfig is verl's PolicyLossConfig with a nested TrollConfig upstream
     (r"from verl\.workers\.config import FSDPActorConfig\n",
      "from verl.workers.config import FSDPActorConfig, PolicyLossConfig, TrollConfig\n", _USES_CONFIG),
     (r"from troll_verl\.config import TrollPolicyLossConfig\n", "", _USES_CONFIG),
     (r"TrollPolicyLossConfig\((\*\*\w+)\)", r'PolicyLossConfig(loss_mode="troll", troll=TrollConfig(\1))',
      _USES_CONFIG),
-    # the package's seam test skips on a verl without the seam; verl's own copy has it
-    (r'pytestmark = pytest\.mark\.skipif\(not hasattr\(core_algos, "PolicyLossSpec"\).*\n\n', "",
-     ("tests/integration/test_seam_on_cpu.py",)),
-    # loss "troll" registers itself with verl, its hooks in its PolicyLossSpec
-    (r"from verl\.trainer\.ppo\.core_algos import agg_loss\n",
-     "from verl.trainer.ppo.core_algos import PolicyLossSpec, agg_loss, register_policy_loss\n",
-     ("troll_verl/core/losses.py",)),
-    (r"\ndef compute_policy_loss_troll\(",
-     '\n@register_policy_loss("troll", spec=PolicyLossSpec(**TROLL_SPEC_FIELDS))\ndef compute_policy_loss_troll(',
-     ("troll_verl/core/losses.py",)),
 ]  # fmt: skip
-# the one line where the package's name may remain in generated files
+# the package's copyright line; generated files carry verl's header (check_license.py) above it, as derived files
 COPYRIGHT = "# Copyright 2026 The troll-verl authors"
+VERL_HEADER = "# Copyright 2026 Bytedance Ltd. and/or its affiliates"
 # the line of docs/algo/troll.md that config_doc() replaces
 DOC_MARKER = "<!-- generated from TrollConfig -->"
 # where actor.yaml's troll block goes: after this key's line and the blank line after it
@@ -130,6 +143,253 @@ class GenerationError(RuntimeError):
     """A source changed so that a rule of the generator no longer applies; the message names the file and rule."""
 
 
+# ----------------------------------------------------------------------------------------------------------------
+# edits of the generated copy: each names what it removes and must find it exactly once (or `count` times)
+# ----------------------------------------------------------------------------------------------------------------
+def sub(pattern: str, replacement: str, count: int = 1):
+    """Replace the regular expression ``pattern`` (multi-line mode), which must match exactly ``count`` times."""
+    return ("sub", pattern, replacement, count)
+
+
+def drop(name: str):
+    """Remove the definition (function, class or assignment) of ``name`` and the comment lines right above it."""
+    return ("drop", name)
+
+
+def keep(test: str, branch: str):
+    """Replace the ``if`` statement whose test reads ``test`` by its ``"body"`` or ``"else"`` branch, or ``"none"``."""
+    return ("keep", test, branch)
+
+
+_SOLVER = [  # projection.py: Newton only (the bisection solver was a baseline)
+    sub(r', "SOLVERS"\]', "]"),
+    drop("SOLVERS"),
+    drop("_solve_bisection"),
+    sub(r'^    solver: str = "newton",\n', ""),
+    sub(r"^        solver: ``\"newton\"``.*\n.*``\"bisection\"``.*\n", ""),
+    sub(r"; defaults to 30 for Newton and 24 for bisection\.", "; defaults to 30."),
+    sub(r" \(ignored by bisection\)", ""),
+    sub(r"mask, solver, max_iter, tol, eta_max\)", "mask, max_iter, tol, eta_max)", count=2),
+    sub(r'max_iter = 30 if solver == "newton" else 24', "max_iter = 30"),
+    sub(r"float\(kl_bound\), solver, int\(max_iter\)", "float(kl_bound), int(max_iter)"),
+    sub(r"^    if solver not in SOLVERS:\n.*\n", ""),
+    sub(r"kl_bound, solver, max_iter, tol, eta_max\):", "kl_bound, max_iter, tol, eta_max):"),
+    keep("solver == 'newton'", "body"),
+    sub(r"return \(None,\) \* 8", "return (None,) * 7"),
+    sub(r"(return grad\.reshape\(new\.shape\)), None, None, None, None, None, None, None$", r"\1" + ", None" * 6),
+]
+_OLD_ESTIMATE = [  # sparse.py: the paper's floor for union tokens the old pass did not store
+    sub(r'^    "OLD_ESTIMATES",\n', ""),
+    sub(r'^    "check_old_estimate",\n', ""),
+    drop("OLD_ESTIMATES"),
+    drop("check_old_estimate"),
+    sub(r"probability \(default\n  1e-12, ``old_estimate=\"floor\"``\) or an estimate from what the old pass did store "
+        r"\(``\"upper\"``,\n  ``\"proportional\"``; :func:`old_side_estimate` derives them\)\.",
+        "probability (default\n  1e-12)."),
+    sub(r"; the ``upper`` estimate puts them at or above it, so the sparse KL can fall slightly below\.", "."),
+    sub(r"floor, estimate\):\n", "floor):\n"),
+    sub(r"^    - ``upper``: .*\n(?:      .*\n)*    - ``proportional``: .*\n(?:      .*\n)*", ""),
+    sub(r"Either way the tokens' mass is taken out of the old tail bucket, so the old distribution over S \+ 1 still "
+        r"sums\n    to one; where it would go negative the estimates are scaled down to fit \(and never below "
+        r"``floor``\)\.",
+        "Their mass is taken out of the old tail bucket, so the old distribution over S + 1 still sums to one."),
+    keep("estimate == 'floor'", "body"),
+    sub(r", old_estimate: str = \"floor\"\n\) -> SparseSupport:", "\n) -> SparseSupport:"),
+    sub(r"floor, old_estimate\)\n", "floor)\n"),
+    sub(r'^    old_estimate: str = "floor",\n', ""),
+    sub(r"^        old_estimate: old-side value .*\n.*\n", ""),
+    sub(r"^    check_old_estimate\(old_estimate\)\n", ""),
+    sub(r"floor, old_estimate\n    \)", "floor\n    )"),
+]
+EDITS = {
+    "troll_verl/core/config.py": [sub(r"^from \.sparse import OLD_ESTIMATES\n", "")],
+    "troll_verl/core/projection.py": _SOLVER,
+    "troll_verl/core/sparse.py": _OLD_ESTIMATE,
+    # loss "troll" is registered in core_algos (prD/verl.diff), whose spec names the hooks lazily
+    "troll_verl/core/losses.py": [drop("TROLL_SPEC_FIELDS"), sub(r'^    "TROLL_SPEC_FIELDS",\n', "")],
+    "troll_verl/core/terms.py": [  # the tail is always a differentiable bucket (the paper's renormalisation dropped)
+        keep("cfg.tail == 'renormalize'", "none"),
+        sub(r"^        solver=cfg\.solver,\n", ""),
+    ],
+    "troll_verl/core/fsdp/losses.py": [sub(r", old_estimate=cfg\.old_estimate,", ",")],
+    "troll_verl/core/megatron/losses.py": [
+        sub(r'^    old_estimate: str = "floor",\n', ""),
+        sub(r", rows, old_estimate: as in", ", rows: as in"),
+        sub(r"floor, old_estimate\n    \)", "floor\n    )"),
+        sub(r", old_estimate=cfg\.old_estimate,", ","),
+    ],
+    "tests/core/test_projection_on_cpu.py": [
+        sub(r'^@pytest\.mark\.parametrize\("solver", \["newton", "bisection"\]\)\n', ""),
+        sub(r"test_matches_brute_force_float64\(scale, solver\)", "test_matches_brute_force_float64(scale)"),
+        sub(r', solver=solver, max_iter=200 if solver == "bisection" else None\)', ")"),
+        drop("test_solvers_agree_and_newton_uses_fewer_passes"),
+        sub(r'^        \(\{"solver": "brent"\}, "solver"\),\n', ""),
+    ],
+    "tests/core/test_sparse_on_cpu.py": [
+        drop("test_old_estimates_keep_the_old_side_a_distribution_within_its_bounds"),
+        drop("test_the_floor_inflates_the_kl_of_a_policy_that_barely_moved"),
+        drop("test_old_estimate_is_validated"),
+        drop("_long_tail_pair"),
+    ],
+    "tests/core/test_losses_on_cpu.py": [
+        # the cap is a constant (10): a log-ratio of 50 is capped
+        sub(r'ratio_level="sequence", alpha=0\.0, seq_log_ratio_cap=1e-3\)', 'ratio_level="sequence", alpha=0.0)'),
+        sub(r'old = d\["old_lp"\] - 5\.0  # every sequence ratio ≫ exp\(cap\)',
+            'old = d["old_lp"] - 50.0  # every sequence ratio ≫ exp(cap)'),
+        sub(r"math\.exp\(1e-3\)", "math.exp(TrollConfig.seq_log_ratio_cap)"),
+        sub(r'^@pytest\.mark\.parametrize\("tail", \["bucket", "renormalize"\]\)\n', ""),
+        sub(r"test_zero_advantages_give_exactly_zero_gradient_in_fp32\(ratio_level, tail\)",
+            "test_zero_advantages_give_exactly_zero_gradient_in_fp32(ratio_level)"),
+        sub(r"ratio_level=ratio_level, tail=tail, topk=K\)", "ratio_level=ratio_level, topk=K)"),
+        drop("test_tail_bucket_gradient_pulls_leaked_mass_back"),
+    ],
+    "tests/integration/test_seam_on_cpu.py": [
+        # the hook runs with TrollConfig.mass_delta, a constant upstream; the logits-processor keyword is verl's
+        sub(r"^VOCAB, K, DELTA = 50, 8, 1e-4$", "VOCAB, K, DELTA = 50, 8, TrollConfig.mass_delta"),
+        sub(r"_actor_config\(topk=K, mass_delta=DELTA, kl_bound=0\.05\)", "_actor_config(topk=K, kl_bound=0.05)"),
+        sub(r"ppo_loss\(config, logits=", "ppo_loss(config, student_logits=", count=2),
+        sub(r"ppo_loss\(_actor_config\(\), logits=", "ppo_loss(_actor_config(), student_logits="),
+        # the final call of the old pass stores nothing: the worker cuts the hook's outputs to the response rows
+        sub(r"the final call stores the old top-K response-aligned$",
+            "the worker cuts its outputs to the response rows"),
+        sub(r"^    model_output = \{k: _nest\(v\[0\], data\) for k, v in ppo_loss\(",
+            "    model_output = {k: _nest(v[0], data) for k, v in ppo_loss("),
+        sub(r'^        update\[key\] = model_output\[key\]\n',
+            '        update[key] = response_from_nested(model_output[key], data["response_mask"])\n'),
+        sub(r"^(from verl\.workers\.config import .*\n)",
+            r"\1from verl.workers.utils.padding import response_from_nested\n"),
+        sub(r'^pytestmark = pytest\.mark\.skipif\(not hasattr\(core_algos, "PolicyLossSpec"\).*\n\n', ""),
+    ],
+    "tests/core/test_megatron_losses_on_cpu.py": [
+        # the engine-facing TP/CP test needs the package's engine harness and plugin config: it stays there
+        *(drop(name) for name in ("test_engine_functions_tp_cp_equal_single_rank", "_megatron_rank", "_fsdp_reference",
+                                  "_settings", "_batch_and_logits", "PROMPTS")),
+        sub(r"; the engine-facing functions run on\nmegatron-core's parallel_state \(megatron-core installs with the "
+            r"CPU torch\) and verl's own CP splitting\.", "."),
+        sub(r"^@pytest\.mark\.slow\n", ""),
+    ],
+}
+# D without the Megatron backend (PR E adds it)
+NO_MEGATRON = [
+    sub(r'^        case "megatron":\n            from \.megatron import losses\n', ""),
+    sub(r"TROLL supports actor strategies fsdp, fsdp2 and megatron", "TROLL supports actor strategies fsdp and fsdp2"),
+]
+
+
+def _definitions(tree: ast.AST, name: str) -> list[ast.stmt]:
+    found = []
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        for child in body if isinstance(body, list) else []:
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and child.name == name:
+                found.append(child)
+            elif isinstance(child, (ast.Assign, ast.AnnAssign)):
+                targets = child.targets if isinstance(child, ast.Assign) else [child.target]
+                names = [n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)]
+                if name in names:
+                    found.append(child)
+    return found
+
+
+def apply_edit(source: str, text: str, edit: tuple) -> str:
+    """``text`` with one edit of :data:`EDITS` applied; :class:`GenerationError` if it does not match as declared."""
+    kind, *args = edit
+    if kind == "sub":
+        pattern, replacement, count = args
+        text, n = re.subn(pattern, replacement, text, flags=re.M)
+        if n != count:
+            raise GenerationError(f"edit sub({pattern!r}) matched {source} {n} times, not {count}")
+        return text
+    lines = text.splitlines(keepends=True)
+    tree = ast.parse(text)
+    if kind == "drop":
+        (name,) = args
+        nodes = _definitions(tree, name)
+        if len(nodes) != 1:
+            raise GenerationError(f"edit drop({name!r}) found {len(nodes)} definitions in {source}, not 1")
+        node = nodes[0]
+        start = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])]) - 1
+        while start > 0 and lines[start - 1].strip().startswith("#"):
+            start -= 1
+        return "".join(lines[:start] + lines[node.end_lineno :])
+    test, branch = args
+    nodes = [n for n in ast.walk(tree) if isinstance(n, ast.If) and ast.unparse(n.test) == test]
+    if len(nodes) != 1:
+        raise GenerationError(f"edit keep({test!r}) found {len(nodes)} if-statements in {source}, not 1")
+    node = nodes[0]
+    start, end = node.lineno - 1, node.end_lineno
+    if branch == "none":
+        if node.orelse:
+            raise GenerationError(f"edit keep({test!r}, 'none') in {source}: the if-statement has an else branch")
+        kept = []
+    elif branch == "body":
+        kept = lines[node.lineno : node.body[-1].end_lineno]
+    else:
+        else_line = next(i for i in range(node.body[-1].end_lineno, node.orelse[0].lineno) if "else:" in lines[i])
+        kept = lines[else_line + 1 : node.orelse[-1].end_lineno]
+    indent = len(lines[start]) - len(lines[start].lstrip())
+    kept = textwrap.dedent("".join(kept)) if kept else ""
+    kept = textwrap.indent(kept, " " * indent)
+    return "".join(lines[:start]) + kept + "".join(lines[end:])
+
+
+def troll_config(text: str) -> str:
+    """verl's ``TrollConfig`` from the package's: the :data:`EXPOSED` fields stay config keys; every other field
+    becomes a class constant (``ClassVar``, not a key) with its value and its docstring entry as a comment; the
+    ablation switches (:data:`ABLATIONS`) go, with their validation."""
+    tree = ast.parse(text)
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "TrollConfig")
+    fields = [n for n in cls.body if isinstance(n, ast.AnnAssign) and "ClassVar" not in ast.unparse(n.annotation)]
+    names = [f.target.id for f in fields]
+    missing = [name for name in (*EXPOSED, *ABLATIONS) if name not in names]
+    if missing:
+        raise GenerationError(f"troll_verl/core/config.py: TrollConfig lacks {missing}; update EXPOSED/ABLATIONS")
+    described = _docstring_args(cls)
+    lines = text.splitlines(keepends=True)
+    drop_lines: set[int] = set()
+    replace: dict[int, str] = {}
+    fixed = [f for f in fields if f.target.id not in EXPOSED and f.target.id not in ABLATIONS]
+    for f in fields:
+        name = f.target.id
+        if name in EXPOSED:
+            continue
+        drop_lines.update(range(f.lineno - 1, f.end_lineno))
+    post_init = next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "__post_init__")
+    removed = {f.target.id for f in fields if f.target.id not in EXPOSED}
+    for stmt in post_init.body[1:]:  # [0] is the docstring
+        if any(re.search(rf"\b{name}\b", ast.get_source_segment(text, stmt)) for name in removed):
+            drop_lines.update(range(stmt.lineno - 1, stmt.end_lineno))
+    # the class constants, after the last config key
+    last = max(f.end_lineno for f in fields if f.target.id in EXPOSED)
+    block = ["\n", "    # Fixed settings (TROLL §5-6 values; class constants, not config keys)\n"]
+    for f in fixed:
+        name = f.target.id
+        comment = textwrap.wrap(described[name], 112)
+        block += [f"    # {line}\n" for line in comment]
+        block.append(f"    {name}: ClassVar[{ast.unparse(f.annotation)}] = {ast.get_source_segment(text, f.value)}\n")
+    replace[last - 1] = lines[last - 1] + "".join(block)
+    out = [replace.get(i, line) for i, line in enumerate(lines) if i not in drop_lines or i in replace]
+    text = "".join(out)
+    # the class docstring keeps the config keys' entries only
+    doc = ast.get_docstring(cls)
+    args_block = doc.split("Args:", 1)[1]
+    entries = re.findall(r"^( {4}(\w+) \([^)]*\): .+?)(?=^ {4}\w+ \(|\Z)", args_block, re.M | re.S)
+    for entry, name in entries:
+        if name not in EXPOSED:
+            text = text.replace(textwrap.indent(entry.rstrip("\n"), "    ") + "\n", "", 1)
+    return text
+
+
+def _docstring_args(cls: ast.ClassDef) -> dict[str, str]:
+    """``{field: its description}`` from the class docstring's ``Args:`` section, on one line."""
+    args = ast.get_docstring(cls).split("Args:", 1)[1]
+    entries = dict(re.findall(r"^\s{4}(\w+) \([^)]*\): (.+?)(?=^\s{4}\w+ \(|\Z)", args, re.M | re.S))
+    return {k: " ".join(line.strip() for line in v.strip().splitlines()).replace("``", "`") for k, v in entries.items()}
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# trees, patches
+# ----------------------------------------------------------------------------------------------------------------
 def _git(tree: Path, *args: str, capture: bool = False) -> str:
     result = subprocess.run(
         ["git", "-C", str(tree), *args], check=True, text=True, capture_output=True, env={**os.environ, **GIT_ENV}
@@ -159,12 +419,17 @@ def pristine_tree(work: Path) -> Path:
     return tree
 
 
+def pr_title(pr: str) -> str:
+    """The PR's title: the first ``# `` line of its PR.md."""
+    return (UPSTREAM / pr / "PR.md").read_text().splitlines()[0].removeprefix("# ").strip()
+
+
 def _pr_message(pr_dir: Path) -> str:
-    """The commit message: the PR title (first ``# `` line of PR.md) and its one-paragraph summary."""
+    """The commit message: the PR title, the first paragraph of "What does this PR do?", the trailers."""
     text = (pr_dir / "PR.md").read_text()
     title = text.splitlines()[0].removeprefix("# ").strip()
     summary = text.split("### What does this PR do?", 1)[1].strip().split("\n\n", 1)[0]
-    return f"{title}\n\n{summary}\n"
+    return f"{title}\n\n{summary}\n\n{TRAILERS}"
 
 
 def _copy_files(pr_dir: Path, tree: Path) -> list[str]:
@@ -179,6 +444,8 @@ def _copy_files(pr_dir: Path, tree: Path) -> list[str]:
 
 
 def _apply(tree: Path, diff: Path) -> None:
+    if not diff.is_file():
+        return
     try:
         _git(tree, "apply", "--check", str(diff))
     except subprocess.CalledProcessError as e:
@@ -187,27 +454,55 @@ def _apply(tree: Path, diff: Path) -> None:
 
 
 def rewrite(source: str, text: str) -> str:
-    """``text`` of the package file ``source`` with every rule of :data:`REWRITES` applied."""
+    """``text`` of the package file ``source`` with every rule of :data:`REWRITES` and :data:`EDITS` applied."""
+    for edit in EDITS.get(source, []):
+        text = apply_edit(source, text, edit)
     for pattern, replacement, required_in in REWRITES:
         text, n = re.subn(pattern, replacement, text)
         if n == 0 and source in required_in:
             raise GenerationError(f"rewrite {pattern!r} no longer matches {source}; update upstream/make_patches.py")
-    leftover = [
-        line for line in text.splitlines() if ("troll_verl" in line or "troll-verl" in line) and line != COPYRIGHT
-    ]
+    if source == "troll_verl/core/config.py":
+        text = troll_config(text)
+    if text.startswith(COPYRIGHT + "\n"):
+        text = f"{VERL_HEADER}\n{text}"
+    names_package = ("troll_verl", "troll-verl")
+    leftover = [line for line in text.splitlines() if any(n in line for n in names_package) and line != COPYRIGHT]
     if leftover:
         raise GenerationError(f"{source} still names the package after rewriting: {leftover[:3]}")
+    for name in ABLATIONS:
+        if source.startswith("troll_verl/core/") and re.search(rf"\bcfg\.{name}\b|\b{name}=", text):
+            raise GenerationError(f"{source} still reads the ablation switch {name!r}; add an edit to EDITS")
     return text
 
 
+def _generate(tree: Path, files: dict[str, str], extra_edits: dict[str, list] | None = None) -> list[str]:
+    written = []
+    for source, target in files.items():
+        text = (ROOT / source).read_text()
+        for edit in (extra_edits or {}).get(source, []):
+            text = apply_edit(source, text, edit)
+        (tree / target).parent.mkdir(parents=True, exist_ok=True)
+        (tree / target).write_text(rewrite(source, text))
+        written.append(target)
+    return written
+
+
 def actor_yaml_block() -> str:
-    """The ``troll:`` block of verl's actor.yaml: TROLL's keys with their comments, from the package's yaml."""
+    """The ``troll:`` block of verl's actor.yaml: the config keys (:data:`EXPOSED`) with their comments, from the
+    package's yaml."""
     lines = (ROOT / "troll_verl/config/troll_trainer.yaml").read_text().splitlines()
     start = next(i for i, line in enumerate(lines) if line.strip() == "loss_mode: troll") + 2
     end = next(i for i in range(start, len(lines)) if lines[i] and not lines[i].startswith("      "))
-    body = [line[2:] if line else line for line in lines[start:end]]  # policy_loss keys (6) -> troll keys (4)
-    while body and not body[-1]:
-        body.pop()
+    groups, comments = {}, []
+    for line in lines[start:end]:
+        if line.strip().startswith("#"):
+            comments.append(line[2:])
+        elif line.strip():
+            groups[line.split(":", 1)[0].strip()] = [*comments, line[2:]]
+            comments = []
+    missing = [k for k in EXPOSED if k not in groups]
+    if missing:
+        raise GenerationError(f"troll_verl/config/troll_trainer.yaml has no key {missing}")
     head = [
         "  # TROLL (arXiv:2510.03817): a per-token KL trust-region projection on sparse top-K token distributions",
         '  # instead of ratio clipping; read when policy_loss.loss_mode is "troll" (docs/algo/troll.md)',
@@ -217,39 +512,50 @@ def actor_yaml_block() -> str:
         "    _target_: verl.workers.config.TrollConfig",
         "",
     ]
-    return "\n".join(head + body) + "\n\n"
+    body = [line for key in EXPOSED for line in [*groups[key], ""]]
+    return "\n".join(head + body) + "\n"
 
 
 def config_doc() -> str:
-    """One ``### `troll.<key>` (type)`` section per field of ``TrollConfig``: its default and its docstring entry."""
-    import ast
-
-    source = (ROOT / "troll_verl/core/config.py").read_text()
+    """The configuration section of docs/algo/troll.md: one ``### `troll.<key>` (type)`` section per config key of
+    the generated ``TrollConfig`` (default and docstring entry), then its fixed settings."""
+    source = troll_config((ROOT / "troll_verl/core/config.py").read_text())
     cls = next(n for n in ast.parse(source).body if isinstance(n, ast.ClassDef) and n.name == "TrollConfig")
-    args = ast.get_docstring(cls).split("Args:", 1)[1]
-    described = dict(re.findall(r"^\s{4}(\w+) \([^)]*\): (.+?)(?=^\s{4}\w+ \(|\Z)", args, re.M | re.S))
-    sections = []
+    described = _docstring_args(next(
+        n for n in ast.parse((ROOT / "troll_verl/core/config.py").read_text()).body
+        if isinstance(n, ast.ClassDef) and n.name == "TrollConfig"
+    ))  # fmt: skip
+    sections, fixed = [], []
     for node in cls.body:
-        if not isinstance(node, ast.AnnAssign) or "ClassVar" in ast.unparse(node.annotation):
+        if not isinstance(node, ast.AnnAssign) or node.target.id == "key_prefix":
             continue
         name = node.target.id
         if name not in described:
             raise GenerationError(f"TrollConfig.{name} has no entry in the class docstring's Args")
         annotation = ast.unparse(node.annotation)
-        kind = re.sub(r"^Optional\[(.*)\]$|^(.*) \| None$", r"\1\2 or null", annotation)
         value = ast.literal_eval(node.value)
-        if value is None or isinstance(value, str):
-            default = "null" if value is None else value
-        else:
-            default = ast.get_source_segment(source, node.value)
-        text = " ".join(line.strip() for line in described[name].strip().splitlines()).replace("``", "`")
-        if text[:1].isascii():  # a sentence starts with a capital; a symbol keeps its case (ε, α, δ are not Ε, Α, Δ)
-            text = text[:1].upper() + text[1:]
+        default = "null" if value is None else value if isinstance(value, str) else ast.get_source_segment(
+            source, node.value
+        )
+        text = _sentence(described[name])
+        if "ClassVar" in annotation:
+            fixed.append(f"- `{name}` = `{default}`: {text}")
+            continue
+        kind = re.sub(r"^Optional\[(.*)\]$|^(.*) \| None$", r"\1\2 or null", annotation)
         sections.append(f"### `troll.{name}` ({kind})\n\nDefault: `{default}`. {text}\n")
-    head = (
-        "Under `actor_rollout_ref.actor.policy_loss` (`verl.workers.config.TrollConfig`), validated on construction.\n"
+    head = "Under `actor_rollout_ref.actor.policy_loss` (`verl.workers.config.TrollConfig`), validated when built.\n"
+    tail = (
+        "\nThe other settings are constants of `TrollConfig` (the values of TROLL §5-6), not config keys:\n\n"
+        + "\n".join(fixed)
+        + "\n"
     )
-    return head + "\n" + "\n".join(sections)
+    return head + "\n" + "\n".join(sections) + tail
+
+
+def _sentence(text: str) -> str:
+    """A docstring entry as a sentence: an ASCII first letter is capitalised; a symbol keeps its case (ε, α, δ
+    are not Ε, Α, Δ)."""
+    return text[:1].upper() + text[1:] if text[:1].isascii() else text
 
 
 def regenerate_configs(tree: Path) -> None:
@@ -271,38 +577,29 @@ def regenerate_configs(tree: Path) -> None:
 
 
 def _ruff(tree: Path, files: list[str]) -> None:
-    """Sort imports and format ``files`` with verl's settings (its pyproject.toml), as its pre-commit would."""
+    """Sort imports, drop the unused ones and format ``files`` with verl's settings (its pyproject.toml)."""
     py = [f for f in files if f.endswith(".py")]
     if not py:
         return
-    subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", "-q", "--select", "I", "--fix", *py],
+    subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", "-q", "--select", "I,F401", "--fix", *py],
                    cwd=tree, check=True)  # fmt: skip
     subprocess.run([sys.executable, "-m", "ruff", "format", "--no-cache", "-q", *py], cwd=tree, check=True)
 
 
-def build_pr1(tree: Path) -> None:
-    """Apply PR 1 (the seam) to ``tree`` and commit it."""
-    pr = UPSTREAM / "pr1"
-    _apply(tree, pr / "verl.diff")
-    _copy_files(pr, tree)
-    _git(tree, "add", "-A")
-    _git(tree, "commit", "-q", "-m", _pr_message(pr))
+def _hand_written(tree: Path, pr: str) -> list[str]:
+    _apply(tree, UPSTREAM / pr / "verl.diff")
+    return _copy_files(UPSTREAM / pr, tree)
 
 
-def build_pr2(tree: Path) -> None:
-    """Generate PR 2 (TROLL) into ``tree`` (PR 1 applied) and commit it."""
-    pr = UPSTREAM / "pr2"
-    generated = []
-    for source, target in {**MODULES, **TESTS}.items():
-        (tree / target).parent.mkdir(parents=True, exist_ok=True)
-        (tree / target).write_text(rewrite(source, (ROOT / source).read_text()))
-        generated.append(target)
-    _apply(tree, pr / "verl.diff")
-    generated += [f for f in _copy_files(pr, tree) if f.endswith(".py")]
+def build_d(tree: Path) -> None:
+    """TROLL for FSDP: the generated package plus ``prD``'s hand-written part, the actor.yaml block, the docs'
+    configuration section and verl's regenerated yamls."""
+    generated = _generate(tree, {**MODULES_D, **TESTS_D}, {"troll_verl/core/losses.py": NO_MEGATRON})
+    generated += [f for f in _hand_written(tree, "prD") if f.endswith(".py")]
     doc = tree / "docs/algo/troll.md"
     text = doc.read_text()
     if text.count(DOC_MARKER) != 1:
-        raise GenerationError(f"upstream/pr2/files/docs/algo/troll.md needs the line {DOC_MARKER!r} once")
+        raise GenerationError(f"upstream/prD/files/docs/algo/troll.md needs the line {DOC_MARKER!r} once")
     doc.write_text(text.replace(DOC_MARKER, config_doc().rstrip("\n")))
     actor = tree / ACTOR_YAML
     text = actor.read_text()
@@ -312,8 +609,27 @@ def build_pr2(tree: Path) -> None:
     actor.write_text(text[:at] + actor_yaml_block() + text[at:])
     _ruff(tree, generated)
     regenerate_configs(tree)
-    _git(tree, "add", "-A")
-    _git(tree, "commit", "-q", "-m", _pr_message(pr))
+
+
+def build_e(tree: Path) -> None:
+    """TROLL's Megatron backend: the generated ``megatron/`` package and its test, and the strategy switch."""
+    generated = _generate(tree, {"troll_verl/core/losses.py": "verl/trainer/troll/losses.py", **MODULES_E, **TESTS_E})
+    generated += [f for f in _hand_written(tree, "prE") if f.endswith(".py")]
+    _ruff(tree, generated)
+
+
+BUILDERS = {"prD": build_d, "prE": build_e}
+
+
+def build_series(tree: Path) -> None:
+    """Apply PRs A to E to ``tree``, one commit each."""
+    for pr in SERIES:
+        if pr in BUILDERS:
+            BUILDERS[pr](tree)
+        else:
+            _hand_written(tree, pr)
+        _git(tree, "add", "-A")
+        _git(tree, "commit", "-q", "-m", _pr_message(UPSTREAM / pr))
 
 
 def _with_github_only(patch: str, extra: Path) -> str:
@@ -323,22 +639,21 @@ def _with_github_only(patch: str, extra: Path) -> str:
     head, rest = patch.split("\n---\n", 1)
     diff_start = rest.index("\ndiff --git ") + 1
     signature = rest.rindex("\n-- \n")
-    diff = rest[diff_start:signature + 1] + extra.read_text()
+    diff = rest[diff_start : signature + 1] + extra.read_text()
     stat = subprocess.run(
         ["git", "apply", "--stat", "--summary"], input=diff, text=True, capture_output=True, check=True
     ).stdout
-    return f"{head}\n---\n{stat}\n{diff}{rest[signature + 1:]}"
+    return f"{head}\n---\n{stat}\n{diff}{rest[signature + 1 :]}"
 
 
 def build_patches(work: Path) -> dict[str, str]:
-    """Both PRs as ``{file name: format-patch text}``."""
+    """The series as ``{file name: format-patch text}``."""
     tree = pristine_tree(work)
-    build_pr1(tree)
-    build_pr2(tree)
+    build_series(tree)
     out = {}
-    for index, pr in ((1, "pr1"), (2, "pr2")):
-        text = _git(tree, "format-patch", "--stdout", "-1", f"HEAD~{2 - index}", "--zero-commit", "--no-signature",
-                    capture=True)  # fmt: skip
+    for index, pr in enumerate(SERIES, start=1):
+        text = _git(tree, "format-patch", "--stdout", "-1", f"HEAD~{len(SERIES) - index}", "--zero-commit",
+                    "--no-signature", capture=True)  # fmt: skip
         text = _with_github_only(text + "-- \n", UPSTREAM / pr / "github_only.diff")
         title = text.split("Subject: [PATCH] ", 1)[1].splitlines()[0]
         slug = re.sub(r"[^a-z0-9]+", "-", title.lower()).strip("-")[:60].rstrip("-")

@@ -14,6 +14,7 @@
 """verl's own repository checks, applied to the files a patch series adds or changes in a verl tree.
 
     python upstream/verl_checks.py TREE BASE_REF [--patches P ...]
+    python upstream/verl_checks.py --pr-docs UPSTREAM_DIR      # the PR descriptions (pr*/PR.md)
 
 verl's PyPI sdist does not ship its pre-commit configuration or ``tests/special_sanity/``. These are the rules as
 read in verl-project/verl at ``VERL_COMMIT`` (the ``release/v0.9.0`` head, which 0.9.1 continues), written again here,
@@ -248,8 +249,77 @@ def check_dataproto(tree: Path, files: list[str]) -> list[str]:
     ]  # fmt: skip
 
 
+# .github/PULL_REQUEST_TEMPLATE.md's sections, in order, and tests/special_sanity/check_pr_title.py's vocabulary
+PR_SECTIONS = ("### What does this PR do?", "### Checklist Before Starting", "### Test", "### API and Usage Example",
+               "### Design & Code Changes", "### Checklist Before Submitting")  # fmt: skip
+PR_MODULES = {
+    "fsdp", "megatron", "veomni", "sglang", "vllm", "trtllm", "rollout", "trainer", "tests", "training_utils", "recipe",
+    "hardware", "deployment", "ray", "worker", "single_controller", "misc", "docker", "ci", "perf", "model", "algo",
+    "env", "tool", "ckpt", "doc", "data", "cfg", "reward", "fully_async", "one_step_off",
+}  # fmt: skip
+PR_TYPES = ("feat", "fix", "refactor", "chore", "test")
+# lines that may follow another line without being a hard-wrapped paragraph
+_BLOCK_LINE = re.compile(r"^\s*([-*>|#]|\d+\.\s|<!--|\$\$|\\|\[[ x]\])")
+
+
+def check_pr_title(title: str) -> list[str]:
+    """verl's check_pr_title.py: ``[BREAKING][1/N][modules] type: description`` with known modules and types."""
+    core = re.sub(r"^\[\d/[\dNn]\]\s*", "", title)
+    core = re.sub(r"^\[BREAKING\]\s*", "", core, flags=re.I)
+    match = re.match(r"^\[([a-z_,\s]+)\]\s+(\w+):\s+.+$", core, re.I)
+    if not match:
+        return [f"title {title!r}: expected [modules] type: description"]
+    errors = [f"title {title!r}: unknown module {m!r}" for m in re.findall(r"[a-z_]+", match.group(1).lower())
+              if m not in PR_MODULES]  # fmt: skip
+    if match.group(2).lower() not in PR_TYPES:
+        errors.append(f"title {title!r}: type must be one of {PR_TYPES}")
+    return errors
+
+
+def check_pr_description(text: str) -> list[str]:
+    """The template's sections in order, no hard-wrapped paragraph (verl's .agent/skills/pr/SKILL.md: one logical
+    line per paragraph and list item), a test command block, the AI-assistance statement (AGENTS.md), no unfilled
+    ``RESULTS_``/``SIZE_`` placeholder of the kit."""
+    errors = check_pr_title(text.splitlines()[0].removeprefix("# ").strip())
+    positions = [text.find(section) for section in PR_SECTIONS]
+    if -1 in positions or positions != sorted(positions):
+        errors.append(f"sections missing or out of order; expected {PR_SECTIONS}")
+    fenced, previous = False, ""
+    for number, line in enumerate(text.splitlines()[1:], start=2):
+        if line.startswith("```"):
+            fenced, previous = not fenced, ""
+            continue
+        if fenced:
+            continue
+        if previous and line.strip() and not _BLOCK_LINE.match(line) and not line.startswith("  "):
+            errors.append(f"line {number}: hard-wrapped paragraph ({previous[:40]!r} continues on the next line)")
+        previous = line if line.strip() and not _BLOCK_LINE.match(line) else ""
+    test_section = text.split("### Test", 1)[-1].split("### API and Usage Example", 1)[0]
+    if "```bash" not in test_section:
+        errors.append("the Test section has no ```bash block with the commands run")
+    if "AI assistance" not in text:
+        errors.append("no statement that AI assistance was used (verl's AGENTS.md)")
+    errors += [f"unfilled placeholder {m!r}" for m in re.findall(r"\b(?:RESULTS|SIZE)_[A-E]\b", text)]
+    return errors
+
+
+def check_pr_docs(upstream: Path) -> int:
+    """Check every ``pr*/PR.md`` under ``upstream``; print failures; exit status."""
+    failed = 0
+    for pr in sorted(upstream.glob("pr*/PR.md")):
+        errors = check_pr_description(pr.read_text())
+        print(f"  {'PASS' if not errors else 'FAIL'}  {pr.relative_to(upstream.parent)}")
+        for error in errors:
+            print(f"        {error}")
+        failed += bool(errors)
+    return 1 if failed else 0
+
+
 def main(argv=None) -> int:
     """Run every check on the files changed since BASE_REF; print each failure; exit 1 if any."""
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--pr-docs"]:
+        return check_pr_docs(Path(argv[1]))
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("tree", type=Path)
     parser.add_argument("base")

@@ -29,45 +29,108 @@ ROOT = Path(__file__).resolve().parents[2]
 make_patches = load_script("upstream/make_patches")
 verl_checks = load_script("upstream/verl_checks")
 
-# a header verl accepts as it is (ours is accepted once PR 1 adds it to check_license.py)
+# a header verl accepts as it is
 LICENSE = "# Copyright 2025 Individual Contributor: a test\n"
 
 
 # ------------------------------------------------------------------------------------------------------------
 # make_patches: generated from the package, refusing to guess
 # ------------------------------------------------------------------------------------------------------------
+def _generated(source):
+    text = (ROOT / source).read_text()
+    if source == "troll_verl/core/losses.py":
+        for edit in make_patches.NO_MEGATRON:
+            text = make_patches.apply_edit(source, text, edit)
+    return make_patches.rewrite(source, text)
+
+
 def test_every_mapped_source_exists_and_rewrites_to_verl_names():
-    for source in {**make_patches.MODULES, **make_patches.TESTS}:
-        text = make_patches.rewrite(source, (ROOT / source).read_text())
+    files = {**make_patches.MODULES_D, **make_patches.MODULES_E, **make_patches.TESTS_D, **make_patches.TESTS_E}
+    for source in files:
+        text = _generated(source)
         assert "troll_verl" not in text.replace(make_patches.COPYRIGHT, "")
+        assert text.startswith(make_patches.VERL_HEADER + "\n" + make_patches.COPYRIGHT + "\n")
         ast.parse(text)
-    losses = make_patches.rewrite("troll_verl/core/losses.py", (ROOT / "troll_verl/core/losses.py").read_text())
-    assert '@register_policy_loss("troll", spec=PolicyLossSpec(**TROLL_SPEC_FIELDS))' in losses
-    config = make_patches.rewrite("troll_verl/core/config.py", (ROOT / "troll_verl/core/config.py").read_text())
-    assert "from verl.trainer.troll.sparse import OLD_ESTIMATES" in config
+    losses = _generated("troll_verl/core/losses.py")
+    # D: FSDP only (E adds Megatron); "troll" is registered in core_algos (prD/verl.diff)
+    assert 'case "megatron"' not in losses and "TROLL_SPEC_FIELDS" not in losses
 
 
-def test_a_rule_that_stops_matching_stops_generation():
-    text = (ROOT / "troll_verl/core/losses.py").read_text().replace("def compute_policy_loss_troll(", "def renamed(")
-    with pytest.raises(make_patches.GenerationError, match="no longer matches troll_verl/core/losses.py"):
-        make_patches.rewrite("troll_verl/core/losses.py", text)
-    text = (ROOT / "troll_verl/core/terms.py").read_text() + "\n# see troll_verl.integration.config for the flat keys\n"
-    with pytest.raises(make_patches.GenerationError, match="still names the package"):
-        make_patches.rewrite("troll_verl/core/terms.py", text)
+def test_the_generated_core_has_no_ablation_switch():
+    """D drops the bisection solver, tail=renormalize and the old_estimate variants with their code paths."""
+    core = {s: _generated(s) for s in (*make_patches.MODULES_D, *make_patches.MODULES_E)}
+    text = "\n".join(core.values())
+    for gone in ("_solve_bisection", "SOLVERS", "renormalize", "OLD_ESTIMATES", "check_old_estimate", '"upper"',
+                 "proportional", "solver=", "old_estimate"):  # fmt: skip
+        assert gone not in text, gone
+    projection = core["troll_verl/core/projection.py"]
+    assert "def forward(ctx, new, old, mask, kl_bound, max_iter, tol, eta_max):" in projection
 
 
-def test_config_doc_and_yaml_cover_every_troll_setting():
+def test_troll_config_keeps_four_keys_and_turns_the_rest_into_constants():
+    config = _generated("troll_verl/core/config.py")
+    import types
+
+    module = types.ModuleType("generated_troll_config")  # dataclasses resolves ClassVar in the class's module
+    sys.modules[module.__name__] = module
+    try:
+        exec(compile(config, "verl/workers/config/troll.py", "exec"), module.__dict__)
+    finally:
+        del sys.modules[module.__name__]
+    cls = module.TrollConfig
     from dataclasses import fields
 
     from troll_verl.core.config import TrollConfig
 
-    names = [f.name for f in fields(TrollConfig) if f.name != "_target_"]
+    assert [f.name for f in fields(cls) if f.name != "_target_"] == list(make_patches.EXPOSED)
+    package = TrollConfig()
+    for name in ("mass_delta", "floor", "seq_log_ratio_cap", "solver_max_iter", "solver_tol", "eta_max", "chunk_size",
+                 "old_value_dtype"):  # fmt: skip
+        assert getattr(cls, name) == getattr(package, name), name  # the package's defaults, as constants
+    for name in make_patches.ABLATIONS:
+        assert not hasattr(cls, name)
+    assert cls(kl_bound=0.1).kl_bound == 0.1
+    with pytest.raises(ValueError, match="kl_bound"):
+        cls(kl_bound=-1.0)
+    assert "mass_delta (float)" not in config and "# δ, tokens are kept until" in config
+
+
+def test_a_rule_that_stops_matching_stops_generation():
+    text = (ROOT / "troll_verl/core/projection.py").read_text().replace("def _solve_bisection(", "def _solve_other(")
+    with pytest.raises(make_patches.GenerationError, match=r"drop\('_solve_bisection'\) found 0"):
+        make_patches.rewrite("troll_verl/core/projection.py", text)
+    text = (ROOT / "troll_verl/core/terms.py").read_text() + "\n# see troll_verl.integration.config for the flat keys\n"
+    with pytest.raises(make_patches.GenerationError, match="still names the package"):
+        make_patches.rewrite("troll_verl/core/terms.py", text)
+    text = (ROOT / "troll_verl/core/fsdp/losses.py").read_text() + "\nX = dict(old_estimate=1)\n"
+    with pytest.raises(make_patches.GenerationError, match="ablation switch"):
+        make_patches.rewrite("troll_verl/core/fsdp/losses.py", text)
+
+
+def test_edit_kinds():
+    src = (
+        "import os\n\n\n# about f\ndef f():\n    if x == 1:\n        # one\n        a = 1\n    else:\n        a = 2\n"
+        "    return a\n"
+    )
+    dropped = make_patches.apply_edit("m.py", src, make_patches.drop("f"))
+    assert "def f" not in dropped and "# about f" not in dropped and "import os" in dropped
+    body = make_patches.apply_edit("m.py", src, make_patches.keep("x == 1", "body"))
+    assert "    # one\n    a = 1\n    return a" in body and "a = 2" not in body
+    other = make_patches.apply_edit("m.py", src, make_patches.keep("x == 1", "else"))
+    assert "    a = 2\n    return a" in other and "a = 1" not in other
+    with pytest.raises(make_patches.GenerationError, match="matched m.py 0 times"):
+        make_patches.apply_edit("m.py", src, make_patches.sub("nowhere", ""))
+
+
+def test_config_doc_and_yaml_cover_every_troll_setting():
     doc = make_patches.config_doc()
     yaml_block = make_patches.actor_yaml_block()
-    for name in names:
+    for name in make_patches.EXPOSED:
         assert f"### `troll.{name}` (" in doc
         assert f"\n    {name}: " in yaml_block
-    assert doc.count("### ") == len(names)
+    assert doc.count("### ") == len(make_patches.EXPOSED)
+    assert "- `mass_delta` = `1e-5`: δ, tokens are kept until" in doc  # the constants are listed too
+    assert "mass_delta" not in yaml_block and "old_estimate" not in doc
 
 
 def test_config_doc_keeps_greek_symbols_and_capitalises_words():
@@ -76,9 +139,15 @@ def test_config_doc_keeps_greek_symbols_and_capitalises_words():
     doc = make_patches.config_doc()
     assert "Default: `0.05`. ε, the per-token trust-region radius" in doc
     assert "Default: `1.0`. α, weight of the regression term" in doc
-    assert "Default: `1e-5`. δ, tokens are kept until" in doc
-    assert "Default: `1e-12`. Probability given to a token" in doc
+    assert "`mass_delta` = `1e-5`: δ, tokens are kept until" in doc
+    assert "`floor` = `1e-12`: Probability given to a token" in doc
     assert not set("ΕΑΔΚ") & set(doc), [line for line in doc.splitlines() if set("ΕΑΔΚ") & set(line)]
+
+
+def test_every_pr_has_its_folder_and_a_valid_description():
+    for pr in make_patches.SERIES:
+        assert (ROOT / "upstream" / pr / "PR.md").is_file(), pr
+    assert verl_checks.check_pr_docs(ROOT / "upstream") == 0
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -174,6 +243,34 @@ def test_license_strings_added_by_a_patch_are_accepted(tmp_path):
     assert "Copyright 2026 The troll-verl authors" not in verl_checks.LICENSE_HEADS
 
 
+@pytest.mark.parametrize(
+    "title, ok",
+    [
+        ("[trainer, worker] feat: a hook", True),
+        ("[1/5][training_utils] feat: x", True),
+        ("[BREAKING][algo] fix: x", True),
+        ("[trainers] feat: x", False),
+        ("[trainer] feature: x", False),
+        ("trainer: x", False),
+    ],
+)
+def test_pr_title_rule(title, ok):
+    assert (verl_checks.check_pr_title(title) == []) is ok
+
+
+def test_pr_description_rules():
+    good = (ROOT / "upstream/prA/PR.md").read_text()
+    assert verl_checks.check_pr_description(good) == []
+    wrapped = good.replace(
+        "passes a value that is already a `Metric` through unchanged, so",
+        "passes a value that is already a `Metric` through unchanged,\nso",
+    )
+    assert any("hard-wrapped" in e for e in verl_checks.check_pr_description(wrapped))
+    assert any("AI assistance" in e for e in verl_checks.check_pr_description(good.replace("AI assistance", "AI")))
+    assert any("placeholder" in e for e in verl_checks.check_pr_description(good + "\nRESULTS_B\n"))
+    assert any("sections" in e for e in verl_checks.check_pr_description(good.replace("### Test\n", "")))
+
+
 def test_kit_shell_scripts_pass_shellcheck():
     import shutil
 
@@ -226,8 +323,8 @@ def test_golden_compare_is_exact_and_names_what_differs(tmp_path, capsys):
 @pytest.mark.slow
 @pytest.mark.timeout(2700)
 def test_upstream_check_passes():
-    """``bash upstream/check.sh``: both PRs apply to verl 0.9.1's sdist, verl's checks and tests pass in the tree
-    without troll-verl, every existing loss is unchanged bit for bit, and troll-verl runs through the seam.
+    """``bash upstream/check.sh``: PRs A-E apply to verl 0.9.1's sdist, verl's checks and tests pass in the tree
+    without troll-verl, every existing loss is unchanged bit for bit, and troll-verl runs through the seam (A-C).
 
     Its processes carry a run tag and a watchdog stops them however this test ends (timeout, kill)."""
     from troll_verl.tools.lifetime import Watchdog, new_run_tag, run_env, tagged_processes

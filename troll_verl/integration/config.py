@@ -139,7 +139,15 @@ def validate_troll_config(config) -> TrollPolicyLossConfig:
 
     actor = config.actor_rollout_ref.actor
     if not OmegaConf.select(config, "trainer.use_v1", default=True):
-        raise ValueError("TROLL runs on verl's v1 trainer only; set trainer.use_v1=true.")
+        raise ValueError(
+            "TROLL runs on verl's v1 trainer only; set trainer.use_v1=true. verl's legacy trainer "
+            "(trainer.use_v1=false) cannot carry TROLL without patching verl or a second entry point: "
+            "main_ppo_v0.TaskRunner hard-codes ActorRolloutRefWorker and RayPPOTrainer (no registry, no _target_), "
+            "and RayPPOTrainer._compute_old_log_prob keeps only fixed outputs of the old-log-prob pass "
+            "(old_log_probs, entropys, routed_experts, sum_pi_squared), so the old top-K TROLL stores there would "
+            "be dropped. Not implemented: TROLL's own TaskRunner and a RayPPOTrainer subclass re-implementing "
+            "_compute_old_log_prob; verl with upstream PR C (upstream/README.md) carries the old top-K itself."
+        )
     mode = OmegaConf.select(config, "trainer.v1.trainer_mode", default="sync")
     if str(mode).startswith("troll") and mode not in TROLL_TRAINER_MODES:
         raise ValueError(
