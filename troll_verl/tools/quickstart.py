@@ -204,7 +204,7 @@ def cpu_run_overrides(
 
 def tiny_cpu_overrides(assets, **kwargs) -> list[str]:
     """:func:`cpu_run_overrides` for the built-in tiny model (``assets``:
-    :class:`troll_verl.assets.tiny.TinyAssets`)."""
+    :class:`troll_verl.assets.common.Assets`)."""
     return cpu_run_overrides(MODELS["tiny"], assets, **kwargs)
 
 
