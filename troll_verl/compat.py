@@ -228,6 +228,9 @@ OVERRIDDEN_PRIVATE_METHODS = {
         "_compute_ref_log_prob",  # the reference pass: kept untagged
         "_update_actor",  # the update: tagged to run TROLL's logits hook
     ),
+    ("verl.workers.engine.fsdp.transformer_impl", "FSDPEngineWithValueHead"): (
+        "_build_module",  # CPU platform: the critic loads without verl's hard-coded flash_attention_2
+    ),
     ("verl.workers.rollout.vllm_rollout.vllm_async_server", "vLLMHttpServer"): (
         "_get_worker_extension_cls",  # CPU platform: the extension with vLLM's layerwise reload
         "_preprocess_engine_kwargs",  # CPU platform: vLLM's "uni" executor by default
@@ -252,6 +255,8 @@ INTERNAL_IMPORTS = {
     "verl.workers.utils.losses": ("ppo_loss",),
     "verl.workers.utils.padding": ("no_padding_2_padding", "response_from_nested"),
     "verl.workers.engine.fsdp.transformer_impl": ("FSDPEngineWithLMHead", "FSDPEngineWithValueHead"),
+    "verl.models.transformers.monkey_patch": ("apply_monkey_patch",),
+    "verl.utils.fsdp_utils": ("get_init_weight_context_manager",),
     "verl.workers.rollout.vllm_rollout.vllm_async_server": ("vLLMHttpServer", "vLLMReplica"),
     "verl.workers.rollout.vllm_rollout.utils": ("vLLMColocateWorkerExtension",),
     "verl.workers.rollout.vllm_rollout.bucketed_weight_transfer": ("BucketedWeightReceiver",),
@@ -266,5 +271,11 @@ MIRRORED_STATEMENTS = {
         "Metric.from_dict(pg_metrics, aggregation=AggregationType.MEAN)",
         "policy_loss_fn(",
     ),
-    "verl/workers/engine/fsdp/transformer_impl.py": ("logits_processor_func(student_logits=",),
+    "verl/workers/engine/fsdp/transformer_impl.py": (
+        "logits_processor_func(student_logits=",
+        # platform/value_model.py builds the critic as verl's value branch does, but with the config's attention
+        "module = load_valuehead_model(",
+        "self.model_config.hf_config.num_labels = 1",
+    ),
+    "verl/utils/model.py": ('attn_implementation="flash_attention_2"',),
 }

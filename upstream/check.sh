@@ -74,7 +74,11 @@ summary() {
     printf '%s\n' "${RESULTS[@]}"
     if [ "$FAILED" = 0 ]; then echo "RESULT: PASS"; else echo "RESULT: FAIL"; fi
 }
-trap 'summary $?' EXIT
+summary_to_file() {  # the summary also in $WORK/summary.txt, for the README's results
+    local rc=$1
+    summary "$rc" | tee "${WORK:-.}/summary.txt"
+}
+trap 'summary_to_file $?' EXIT
 git_() { git -c user.name=check -c user.email=check@localhost -c init.defaultBranch=main "$@"; }
 
 # 1. environment --------------------------------------------------------------------------------------------------

@@ -36,7 +36,7 @@ refit, replaces verl's)                                               loads, onl
 
 Every registration is in this module. Each waits for its registry's module (a post-import hook: :func:`when_imported`)
 so that ``import verl`` stays cheap. NOTE: measured (docs/benchmarks.md, "Plugin import cost"): ``import verl`` takes
-4.0 s here, and importing the four registry modules eagerly adds 4.2 s to every process that imports verl (Ray's
+4.1 s here, and importing the four registry modules eagerly adds 4.2 s to every process that imports verl (Ray's
 TaskRunner, workers, vLLM servers, agent-loop and reward workers), paid at every run's start-up; with the hooks each
 process pays only for the registries it uses. verl overwrites policy losses silently, so a name already taken by
 someone else is refused here.
@@ -245,12 +245,16 @@ def _load_trainers(_v1_package) -> None:
 
 def _register_cpu_engines(_engine_package) -> None:
     from verl.workers.engine import EngineRegistry
-    from verl.workers.engine.fsdp.transformer_impl import FSDPEngineWithLMHead, FSDPEngineWithValueHead
+    from verl.workers.engine.fsdp.transformer_impl import FSDPEngineWithLMHead
 
-    for model_type, cls in (("language_model", FSDPEngineWithLMHead), ("value_model", FSDPEngineWithValueHead)):
+    from troll_verl.platform.value_model import make_cpu_value_engine_cls
+
+    # the critic's engine: verl's, but loading the value model with the config's attention (see value_model.py)
+    value_engine = make_cpu_value_engine_cls()
+    for model_type, cls in (("language_model", FSDPEngineWithLMHead), ("value_model", value_engine)):
         for backend in ("fsdp", "fsdp2"):
             taken = engine_registry_entry(model_type, backend, "cpu")
-            if taken is not None and taken is not cls:
+            if taken is not None and taken is not cls and taken.__module__ != cls.__module__:
                 raise RuntimeError(
                     f"verl's engine registry already maps ({model_type}, {backend}, cpu) to {taken.__name__}; "
                     "troll-verl's CPU platform cannot register verl's FSDP engine there."
