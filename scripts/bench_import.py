@@ -42,10 +42,14 @@ def _seconds(modules: tuple[str, ...]) -> float:
     return time.perf_counter() - start
 
 
-def main(argv=None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--repeats", type=int, default=5)
-    args = parser.parse_args(argv)
+    parser.add_argument("--repeats", type=int, default=5, help="interleaved repeats of each arm (median reported)")
+    return parser
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
     times = {arm: [] for arm in ARMS}
     for _ in range(args.repeats):
         for arm, modules in ARMS.items():
