@@ -72,6 +72,7 @@ summary() {
     echo
     echo "== [upstream] summary (verl ${VERL_TREE:+tree $VERL_TREE at }$TREE_DESC, ${#PATCHES[@]} patch(es))"
     printf '%s\n' "${RESULTS[@]}"
+    [ "$rc" = 0 ] || echo "stopped with exit status $rc (a stage may not have finished)"
     if [ "$FAILED" = 0 ]; then echo "RESULT: PASS"; else echo "RESULT: FAIL"; fi
 }
 summary_to_file() {  # the summary also in $WORK/summary.txt, for the README's results
@@ -79,6 +80,9 @@ summary_to_file() {  # the summary also in $WORK/summary.txt, for the README's r
     summary "$rc" | tee "${WORK:-.}/summary.txt"
 }
 trap 'summary_to_file $?' EXIT
+# killed (a timeout, Ctrl-C): the EXIT trap must see a failure, not the last command's status
+trap 'exit 143' TERM
+trap 'exit 130' INT
 git_() { git -c user.name=check -c user.email=check@localhost -c init.defaultBranch=main "$@"; }
 
 # 1. environment --------------------------------------------------------------------------------------------------
