@@ -165,6 +165,62 @@ def test_the_copies_of_verls_inline_checks_still_match_verls_source():
             assert statement in source, f"{relative} no longer contains: {statement}"
 
 
+@pytest.mark.parametrize("sp", [1, 2])
+def test_the_token_budget_check_refuses_exactly_what_verls_batching_refuses(sp):
+    """The copy of seqlen_balancing's budget assertion against verl's own function: at the longest sequence's length
+    (the engine hands rearrange_micro_batches the budget times the sequence-parallel size) both accept, one token
+    less both refuse."""
+    import torch
+    from tensordict import TensorDict
+    from verl.utils.seqlen_balancing import rearrange_micro_batches
+
+    prompt, response = 24, 40
+    longest = prompt + response
+    batch = TensorDict({"input_ids": torch.ones(4, longest, dtype=torch.long),
+                        "attention_mask": torch.ones(4, longest, dtype=torch.long)}, batch_size=[4])  # fmt: skip
+    engine = FSDPEngineConfig(ulysses_sequence_parallel_size=sp)
+    verdicts = []
+    for budget in (-(-longest // sp), -(-longest // sp) - 1):
+        try:
+            rearrange_micro_batches(batch, max_token_len=budget * sp)
+            verl_accepts = True
+        except AssertionError:
+            verl_accepts = False
+        try:
+            _startup(n_gpus=2, rollout_tp=1, engine=engine, batch=4, mini=2, budget=budget, longest=(prompt, response))
+            dry_run_accepts = True
+        except ValueError:
+            dry_run_accepts = False
+        verdicts.append((verl_accepts, dry_run_accepts))
+    assert verdicts == [(True, True), (False, False)]
+
+
+@pytest.mark.parametrize("rollout_tp, per_node", [(12, 8), (16, 8), (4, 8), (3, 2), (6, 4)])
+def test_the_replica_check_refuses_exactly_what_verls_replica_refuses(rollout_tp, per_node):
+    """The copy of RolloutReplica's node-tiling assertion against verl's own constructor (a replica that launches
+    nothing): both accept or both refuse."""
+    from verl.workers.config import RolloutConfig
+    from verl.workers.rollout.replica import RolloutReplica
+
+    class Replica(RolloutReplica):
+        async def launch_servers(self):
+            raise AssertionError("not launched in this test")
+
+    try:
+        Replica(0, RolloutConfig(name="vllm", tensor_model_parallel_size=rollout_tp), None, gpus_per_node=per_node)
+        verl_accepts = True
+    except AssertionError:
+        verl_accepts = False
+    try:
+        # a cluster the colocated rollout tiles (the other check), so that only the replica's shape decides
+        _startup(n_gpus=rollout_tp * per_node, rollout_tp=rollout_tp, per_node=per_node)
+        dry_run_accepts = True
+    except ValueError as e:
+        assert "must fill whole nodes" in str(e)
+        dry_run_accepts = False
+    assert dry_run_accepts == verl_accepts
+
+
 # ------------------------------------------------------------------------------------------------------------
 # trainer modes: the whole dry run (compose, prepare, dataclasses, start-up checks) per TROLL trainer mode
 # ------------------------------------------------------------------------------------------------------------

@@ -159,7 +159,9 @@ def _n_gpus(config: DictConfig) -> int:
 
 # verl 0.9.1's start-up assertions that no callable verl function performs: each is inline in a method that needs a
 # live worker, engine or batch, so the dry run keeps a copy. tests/tools/test_dry_run_on_cpu.py checks that verl's
-# source still holds each of these statements, so a verl that changes one fails the tests instead of drifting silently.
+# source still holds each of these statements, so a verl that changes one fails the tests instead of drifting silently;
+# the two whose verl code can run without a cluster (seqlen_balancing's token budget, RolloutReplica's node tiling) are
+# also tested against verl's behaviour at their boundaries. The others need a live worker group or trainer.
 VERL_INLINE_CHECKS = {
     "verl/workers/engine_workers.py": (
         "assert self.world_size % infer_world_size == 0",
