@@ -62,6 +62,25 @@ def test_bench_learning_arms_compose_and_the_report_regenerates(tmp_path):
     assert "| lr1e-4 | troll | 1 |" in out and "| lr1e-4 | clip | 1 |" in out
 
 
+def test_the_stress_maps_tables_in_the_docs_are_the_committed_results():
+    """docs/benchmarks.md's stress-map tables sit between markers naming the command that prints them; the command on
+    the committed raw results prints every one of those table rows, so no number there can drift from the runs."""
+    import re
+    import shlex
+
+    text = open(os.path.join(ROOT, "docs", "benchmarks.md")).read()
+    blocks = re.findall(r"<!-- report: (.+?) -->\n(.*?)<!-- end report -->", text, flags=re.S)
+    assert blocks, "no <!-- report: ... --> block in docs/benchmarks.md"
+    for command, block in blocks:
+        argv = shlex.split(command)
+        assert argv[:2] == [".venv/bin/python", "scripts/bench_learning.py"] and "--report-only" in argv, command
+        printed = set(_run(*argv[1:]).splitlines())
+        rows = [line for line in block.splitlines() if line.startswith("|")]
+        assert len(rows) >= 6, block
+        missing = [row for row in rows if row not in printed]
+        assert not missing, f"{command} no longer prints: {missing[:3]}"
+
+
 def test_bench_import_at_a_tiny_size():
     out = _run("scripts/bench_import.py", "--repeats", "1")
     rows = [line for line in out.splitlines() if line.startswith("| import verl") or line.startswith("| +")]
