@@ -254,7 +254,7 @@ def _register_cpu_engines(_engine_package) -> None:
     for model_type, cls in (("language_model", FSDPEngineWithLMHead), ("value_model", value_engine)):
         for backend in ("fsdp", "fsdp2"):
             taken = engine_registry_entry(model_type, backend, "cpu")
-            if taken is not None and taken is not cls and taken.__module__ != cls.__module__:
+            if taken is not None and taken is not cls:
                 raise RuntimeError(
                     f"verl's engine registry already maps ({model_type}, {backend}, cpu) to {taken.__name__}; "
                     "troll-verl's CPU platform cannot register verl's FSDP engine there."

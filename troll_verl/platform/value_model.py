@@ -23,13 +23,16 @@ language model is verl's own code path: it already takes the config's attention.
 
 from __future__ import annotations
 
+import functools
 import warnings
 
 __all__ = ["make_cpu_value_engine_cls"]
 
 
+@functools.cache
 def make_cpu_value_engine_cls():
-    """Build :class:`CPUFSDPEngineWithValueHead` (imports verl lazily, so this module stays cheap to import)."""
+    """Build :class:`CPUFSDPEngineWithValueHead` once per process (imports verl lazily, so this module stays cheap to
+    import); the same class every call, so a registry holding it is recognised as holding it."""
     import torch
     from transformers import AutoModelForTokenClassification
     from verl.models.transformers.monkey_patch import apply_monkey_patch
