@@ -173,6 +173,17 @@ def registered_trainer(name: str):
         return None
 
 
+def registered_agent_loop(name: str) -> str | None:
+    """The ``_target_`` verl's agent-loop registry holds under ``name``, or None.
+
+    NOTE: verl's ``register`` decorator writes the private ``_agent_loop_registry`` and overwrites a name silently.
+    """
+    from verl.experimental.agent_loop import agent_loop
+
+    entry = agent_loop._agent_loop_registry.get(name)
+    return None if entry is None else entry.get("_target_")
+
+
 # ---------------------------------------------------------------------------------------------------------- trainer
 def rebuild_llm_client(client, cls):
     """``client`` (verl's ``LLMServerClient`` or a subclass) rebuilt as ``cls`` on the same servers.
@@ -242,6 +253,7 @@ PRIVATE_ATTRIBUTES = {
     ("verl.workers.engine.base", "EngineRegistry._engines"): None,
     ("verl.workers.rollout.replica", "RolloutReplicaRegistry._registry"): None,
     ("verl.workers.rollout.replica", "_load_vllm"): None,
+    ("verl.experimental.agent_loop.agent_loop", "_agent_loop_registry"): None,
     ("verl.workers.rollout.llm_server", "LLMServerClient._load_balancer"): "self._load_balancer =",
     ("verl.workers.rollout.vllm_rollout.utils", "vLLMColocateWorkerExtension._is_qat_model"): "_is_qat_model",
     ("verl.workers.rollout.vllm_rollout.utils", "vLLMColocateWorkerExtension._is_modelopt_qat"): "_is_modelopt_qat",

@@ -202,6 +202,22 @@ def test_resume_continues_with_the_same_data_order(sync, sync_resumed):
     assert _inputs(sync.dir, 1) != _inputs(sync.dir, 3)
 
 
+def _answers(run_dir: str, step: int) -> list[tuple[str, str]]:
+    return sorted((sample["input"], sample["output"]) for sample in _dumped(run_dir, step))
+
+
+def test_the_same_seed_samples_the_same_answers_whatever_the_loss(sync, sync_resumed):
+    """Step 3 of both runs samples from the same weights (``sync``'s step-2 checkpoint), the same prompts and the same
+    seed; one run is TROLL through verl's main_ppo, the other clip through the quickstart CLI. With a seed per request
+    (troll_verl.rollout.agent_loop, the CPU runs' default) every one of the 32 answers is the same; with vLLM's one
+    generator per engine they are not."""
+    sync.check()
+    sync_resumed.check()
+    answers = _answers(sync.dir, 3)
+    assert len(answers) == 8 * 4 and len({output for _, output in answers}) > 4  # sampled, not one greedy answer
+    assert _answers(sync_resumed.dir, 3) == answers
+
+
 def test_clip_baseline_through_the_quickstart_cli(sync_resumed):
     """``python -m troll_verl.tools.quickstart`` with loss_mode=vanilla: summary.json, the plot, no TROLL metrics."""
     out_dir = sync_resumed.check().dir

@@ -46,6 +46,7 @@ from omegaconf import OmegaConf, open_dict
 from troll_verl.compat import rollout_replica_loader
 from troll_verl.core.config import TrollConfig
 from troll_verl.core.layout import OLD_FIELDS
+from troll_verl.rollout import SEEDED_AGENT_LOOP
 
 from .rollout_topk import align_rollout_topk, old_topk_from_rollout
 
@@ -118,10 +119,11 @@ def check_bypass_config(config, settings: TrollConfig) -> None:
             f"template tokens the rollout never scored. Set {_ROLLOUT}.multi_turn.enable=false, {off}."
         )
     agent_loop = rollout("agent.default_agent_loop", "single_turn_agent")
-    if agent_loop != "single_turn_agent" or rollout("agent.agent_loop_config_path"):
+    if agent_loop not in ("single_turn_agent", SEEDED_AGENT_LOOP) or rollout("agent.agent_loop_config_path"):
         # NOTE: a dataset's own agent_name cannot be seen here; the alignment check refuses such a sample at step 1
         raise ValueError(
-            f"TROLL's bypass mode supports verl's single-turn agent loop only ({_ROLLOUT}.agent.default_agent_loop="
+            f"TROLL's bypass mode supports verl's single-turn agent loop only (or {SEEDED_AGENT_LOOP}, the same loop "
+            f"with a seed per request; {_ROLLOUT}.agent.default_agent_loop="
             f"{agent_loop}, agent_loop_config_path={rollout('agent.agent_loop_config_path')}): other loops insert "
             f"tokens the rollout never scored. Set {_ROLLOUT}.agent.default_agent_loop=single_turn_agent and "
             f"{_ROLLOUT}.agent.agent_loop_config_path=null, {off}."

@@ -32,9 +32,12 @@ FSDP engines for ``cpu``    ``workers.engine.EngineRegistry``         when ``ver
                                                                       with ``VERL_PLATFORM=cpu``
 rollout ``vllm`` (CPU       ``rollout.replica.RolloutReplicaRegistry``  when ``verl.workers.rollout.replica``
 refit, replaces verl's)                                               loads, only with ``VERL_PLATFORM=cpu``
+agent loop                  verl's agent-loop registry (``register``)  when verl's single-turn agent loop
+``seeded_single_turn_agent``                                          loads (the module registers itself)
 ==========================  ========================================  =====================================
 
-Every registration is in this module. Each waits for its registry's module (a post-import hook: :func:`when_imported`)
+Every registration is in this module, but for the agent loop, which registers itself with verl's decorator
+when this module loads it (:mod:`troll_verl.rollout.agent_loop`). Each waits for its registry's module (a post-import hook: :func:`when_imported`)
 so that ``import verl`` stays cheap. NOTE: measured (docs/benchmarks.md, "Plugin import cost"): ``import verl`` takes
 4.1 s here, and importing the four registry modules eagerly adds 4.2 s to every process that imports verl (Ray's
 TaskRunner, workers, vLLM servers, agent-loop and reward workers), paid at every run's start-up; with the hooks each
@@ -291,6 +294,16 @@ def _register_cpu_platform() -> None:
     when_imported("verl.workers.rollout.replica", _register_cpu_vllm_replica)
 
 
+_AGENT_LOOP_MODULE = "troll_verl.rollout.agent_loop"
+
+
+def _load_agent_loop(_single_turn_module) -> None:
+    # verl's single-turn loop loaded: load TROLL's subclass, which registers itself with verl's decorator as verl's own
+    # loops do (at the end of its module, so also where it is the module importing verl's right now)
+    if _AGENT_LOOP_MODULE not in sys.modules:
+        importlib.import_module(_AGENT_LOOP_MODULE)
+
+
 _REGISTERED = False
 
 
@@ -305,6 +318,7 @@ def register() -> None:
     when_imported("verl.trainer.ppo.core_algos", _register_policy_loss)
     when_imported(_TRAINER_MODULE, _register_trainers)
     when_imported("verl.trainer.ppo.v1", _load_trainers)
+    when_imported("verl.experimental.agent_loop.single_turn_agent_loop", _load_agent_loop)
     if cpu_platform_requested():
         _register_cpu_platform()
     _REGISTERED = True

@@ -42,9 +42,11 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import partial
 
 from troll_verl.platform.cpu import CPU_ENGINE_OVERRIDES, CPU_VLLM_OVERRIDES
+from troll_verl.rollout import SEEDED_AGENT_LOOP
 
 from .lifetime import Watchdog, new_run_tag, run_env, stop_tagged, tagged_processes
 from .plotting import REWARD_KEY, plot_runs, read_metrics
@@ -103,10 +105,10 @@ def _build_tiny(cache_dir):
     return build_assets(cache_dir)
 
 
-def _build_smollm2(cache_dir):
+def _build_smollm2(cache_dir, spec=None):
     from troll_verl.assets.smollm2 import build_smollm2
 
-    return build_smollm2(cache_dir)
+    return build_smollm2(cache_dir, spec)
 
 
 MODELS = {
@@ -118,6 +120,20 @@ MODELS = {
                         "val-core/troll_smollm2/addition/acc/mean@1", prompt_length=64, response_length=16,
                         batch_prompts=8, n=4, lr=2e-5, steps=8, test_freq=4, micro_batch=16),
 }  # fmt: skip
+
+
+def cpu_model(name: str, task_hi: int | None = None) -> CPUModel:
+    """``MODELS[name]``; with ``task_hi``, the real model's addition task on operands in ``[0, task_hi)`` instead of
+    one-digit sums (at least 80 problems held out: :meth:`troll_verl.assets.smollm2.SmolSpec.addition`)."""
+    model = MODELS[name]
+    if task_hi is None:
+        return model
+    if name != "smollm2":
+        raise ValueError(f"--task-hi sets the real model's addition task; the {name} model has its own task (use "
+                         "--model smollm2, or leave --task-hi out)")  # fmt: skip
+    from troll_verl.assets.smollm2 import SmolSpec
+
+    return replace(model, build=partial(_build_smollm2, spec=SmolSpec.addition(task_hi)))
 
 
 def micro_batch_size(model: CPUModel, mini_batch_prompts: int, n: int) -> int:
@@ -183,6 +199,8 @@ def cpu_run_overrides(
         "actor_rollout_ref.rollout.calculate_log_probs=True",
         f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={micro}",
         "actor_rollout_ref.rollout.agent.num_workers=1",
+        # a seed per request: runs with the same seed sample the same answers where their policies agree (step 1)
+        f"actor_rollout_ref.rollout.agent.default_agent_loop={SEEDED_AGENT_LOOP}",
         "algorithm.adv_estimator=grpo",
         "algorithm.use_kl_in_reward=False",
         f"reward.custom_reward_function.path={model.reward}",
@@ -476,6 +494,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=None,
                         help="training steps (default: the model's, smollm2 8, tiny 40)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--task-hi", type=int, default=None,
+                        help="smollm2: addition with operands in [0, TASK_HI) (default: one-digit sums, 10)")
     parser.add_argument("--loss-mode", default="troll", choices=["troll", "vanilla"])
     parser.add_argument("--compare", action="store_true", help="also run the clip baseline (loss_mode=vanilla)")
     parser.add_argument("--out-dir", default=None, help="default: outputs/quickstart/<timestamp>")
@@ -485,7 +505,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("overrides", nargs="*", help="extra Hydra overrides (after --)")
     args = parser.parse_args(argv)
 
-    model = MODELS[args.model]
+    try:
+        model = cpu_model(args.model, args.task_hi)
+    except ValueError as e:
+        parser.error(str(e))
     steps = model.steps if args.steps is None else args.steps
 
     def _terminate(signum, _frame):  # SIGTERM/SIGHUP: unwind through run_trainer's cleanup
