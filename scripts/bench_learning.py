@@ -82,6 +82,7 @@ from troll_verl.tools.quickstart import (
     MODELS,
     REWARD_KEY,
     VAL_KEY,
+    cpu_model,
     cpu_run_overrides,
     micro_batch_size,
     reward_window,
@@ -233,6 +234,24 @@ for _variant in ("gspo8", "gspo8_tight", "gspo8_loose", "gspo8_upper"):
     UPDATES_PER_BATCH[_variant] = 8
 VARIANTS |= _stress
 
+# The powered study (docs/benchmarks.md, "Powered study"): the paper's update schedule, 8 optimizer steps per batch.
+# - paper8: TROLL (the paper's defaults) against clip as the paper ran it (0.2 both sides, dual-clip c = 10) and
+#   verl's own trust region, DPPO-Binary-KL (`dppo_kl`; arXiv 2602.04879) with the KL threshold and truncation of
+#   verl's example (examples/dppo_trainer/run_qwen3_30b_a3b_megatron.sh: dppo_kl 0.05, clip_ratio_c 10000).
+#   NOTE: the example also switches to Dr.GRPO's aggregation; here every arm keeps token-mean and GRPO's std, so that
+#   the arms differ only in the loss.
+# - paper8_gspo: GSPO as the paper ran it (the sequence ratio clipped at 0.2 both ways) against TROLL with the
+#   sequence-level ratio, the same aggregation and schedule.
+DUAL_CLIP = "actor_rollout_ref.actor.clip_ratio_c"
+VARIANTS["paper8"] = {
+    "troll": [_TROLL],
+    "clip": [*_vanilla_clip(0.2, 0.2), f"{DUAL_CLIP}=10.0"],
+    "dppo": [f"{_LOSS_KEY}.loss_mode=dppo_kl", "actor_rollout_ref.actor.clip_ratio_low=0.05",
+             "actor_rollout_ref.actor.clip_ratio_high=0.05", f"{DUAL_CLIP}=10000.0"],  # fmt: skip
+}
+VARIANTS["paper8_gspo"] = {"troll": _GSPO_TROLL, "clip": _gspo_clip(0.2, 0.2)}
+UPDATES_PER_BATCH |= {"paper8": 8, "paper8_gspo": 8}
+
 
 LENGTH_KEY = "response_length/mean"
 # the stress map's collapse criterion on answers (tokens): a policy that answers in fewer has stopped answering
@@ -264,6 +283,7 @@ def run_stats(rows: list[dict], target: float, val_key: str = VAL_KEY, peak_rss:
     entropy = [r.get("actor/entropy", r.get("actor/entropy_loss")) for r in train]
     entropy = [v for v in entropy if v is not None]
     lengths = [r[LENGTH_KEY] for r in train if LENGTH_KEY in r]
+    # TROLL's projected share, or the share clip clipped (DPPO: the share its divergence mask dropped)
     constrained = [r.get("actor/troll/projected_frac", r.get("actor/pg_clipfrac")) for r in train]
     constrained = [v for v in constrained if v is not None]
     w_start, w_final = reward_window(len(train)), min(10, max(1, len(train) // 3))
@@ -302,8 +322,18 @@ def run_stats(rows: list[dict], target: float, val_key: str = VAL_KEY, peak_rss:
                          or (lengths and statistics.mean(lengths[-w_final:]) < COLLAPSE_LENGTH))
         ),  # fmt: skip
         "learned": bool(rewards and statistics.mean(rewards[-w_final:]) >= target),
+        # the powered study's primary outcome: mean train reward over every step of the run
+        "reward_mean": statistics.mean(rewards) if rewards else None,
+        # the powered study's added collapse rule: the trailing 5-step mean at the last step below half its peak
+        "collapsed_peak": bool(rewards and _below_half_peak(rewards)),
         "seconds_per_step": _median_after_first(train, "timing_s/step"),
     }
+
+
+def _below_half_peak(rewards: list[float], window: int = 5) -> bool:
+    """Whether the trailing ``window``-step mean at the last step is below half of its largest value in the run."""
+    means = smooth(rewards, window)[window - 1 :] or smooth(rewards, window)[-1:]
+    return means[-1] < 0.5 * max(means)
 
 
 def _fmt_steps(values: list[int | None], steps: int) -> str:
@@ -551,6 +581,192 @@ def stress_report(results: dict, seeds: list[int], steps: int, variants: list[st
     return "\n".join(lines)
 
 
+# ------------------------------------------------------------------------------------------------ powered study
+# docs/benchmarks.md, "Powered study": the plan (arms, seeds, n, outcomes, statistics, reading rules) was committed
+# before the first run; these definitions apply it.
+EFFECT = 0.1  # the difference the study is powered for, and the half-width of "no difference larger than"
+
+
+class Stage:
+    """One stage of the powered study: its variant, losses, seeds, steps and paired comparisons (a, b: a − b)."""
+
+    def __init__(self, name, title, variant, losses, seeds, steps, comparisons, primary, test_freq):
+        self.name, self.title, self.variant, self.losses = name, title, variant, losses
+        self.seeds, self.steps, self.comparisons, self.primary = list(seeds), steps, comparisons, primary
+        self.test_freq = test_freq
+
+    def key(self, loss: str, seed: int) -> str:
+        return f"{self.variant}/{loss}/seed{seed}"
+
+
+STUDY = [
+    Stage("1", "TROLL vs clip, the paper's schedule", "paper8", ("troll", "clip"), range(15), 30,
+          [("troll", "clip")], "reward_mean", 10),
+    Stage("2", "verl's DPPO-Binary-KL, paired with stage 1 on seeds 0-7", "paper8", ("troll", "clip", "dppo"),
+          range(8), 30, [("troll", "dppo"), ("dppo", "clip")], "reward_mean", 10),
+    Stage("3", "GSPO as the paper ran it (sequence ratio clipped at 0.2)", "paper8_gspo", ("troll", "clip"),
+          range(5), 30, [("troll", "clip")], "collapses", 10),
+    Stage("4", "the stress map's lr1e-4, fresh seeds", "lr1e-4", ("troll", "clip"), range(5, 19), 10,
+          [("troll", "clip")], "reward_mean", 4),
+]  # fmt: skip
+STUDY_LABEL = {"troll": "TROLL", "clip": "clip", "dppo": "DPPO-KL"}
+
+
+def sign_flip_p(diffs: list[float]) -> float:
+    """Exact two-sided sign-flip p of the mean of paired differences: the share of the ``2**n`` sign assignments whose
+    mean is at least as far from 0 as the observed one (the observed assignment included)."""
+    n = len(diffs)
+    if n == 0 or n > 24:
+        raise ValueError(f"the exact sign-flip test enumerates 2**n assignments; n = {n}")
+    observed = abs(sum(diffs)) - 1e-12
+    hits = 0
+    for mask in range(2**n):
+        total = sum(-d if mask >> i & 1 else d for i, d in enumerate(diffs))
+        hits += abs(total) >= observed
+    return hits / 2**n
+
+
+def t_power(n: int, sd: float, effect: float = EFFECT, draws: int = 20_000, seed: int = 0) -> float:
+    """Power of the two-sided 95 % paired t test with ``n`` pairs to detect a true mean difference ``effect`` when the
+    differences have standard deviation ``sd`` (normal differences; Monte Carlo with a fixed generator)."""
+    if n < 2 or sd <= 0:
+        return float("nan")
+    rng, quantile, hits = random.Random(seed), _T975.get(n - 1, 1.96), 0
+    for _ in range(draws):
+        sample = [rng.gauss(effect, sd) for _ in range(n)]
+        mean, half = statistics.mean(sample), quantile * statistics.stdev(sample) / math.sqrt(n)
+        hits += mean - half > 0 or mean + half < 0
+    return hits / draws
+
+
+def fisher_exact_p(a: int, n_a: int, b: int, n_b: int) -> float:
+    """Two-sided Fisher exact p for ``a`` of ``n_a`` against ``b`` of ``n_b`` (tables as likely or less)."""
+    total, k = n_a + n_b, a + b
+
+    def prob(x):
+        return math.comb(n_a, x) * math.comb(n_b, k - x) / math.comb(total, k)
+
+    observed = prob(a)
+    return min(1.0, sum(prob(x) for x in range(max(0, k - n_b), min(k, n_a) + 1) if prob(x) <= observed * (1 + 1e-9)))
+
+
+def adjusted_difference(diffs: list[float], covariate: list[float]) -> tuple[float, float, float]:
+    """The intercept of the least-squares line of ``diffs`` on ``covariate`` (the difference at equal covariate) with
+    its two-sided 95 % t interval (``n − 2`` degrees of freedom)."""
+    n = len(diffs)
+    if n < 3:
+        raise ValueError(f"an adjusted difference needs at least 3 pairs, got {n}")
+    mx, my = statistics.mean(covariate), statistics.mean(diffs)
+    sxx = sum((x - mx) ** 2 for x in covariate)
+    if sxx == 0:
+        mean, lo, hi = t_interval(diffs)
+        return mean, lo, hi
+    slope = sum((x - mx) * (y - my) for x, y in zip(covariate, diffs, strict=True)) / sxx
+    intercept = my - slope * mx
+    residual = sum((y - intercept - slope * x) ** 2 for x, y in zip(covariate, diffs, strict=True)) / (n - 2)
+    se = math.sqrt(residual * (1 / n + mx**2 / sxx))
+    half = _T975.get(n - 2, 1.96) * se
+    return intercept, intercept - half, intercept + half
+
+
+def reading(lo: float, hi: float, mean: float, a: str, b: str, power: float) -> str:
+    """The plan's reading rule for a paired interval of ``a`` − ``b``."""
+    if lo > 0 or hi < 0:
+        winner = a if lo > 0 else b
+        return f"{STUDY_LABEL[winner]} learned faster under the paper's schedule ({mean:+.3f} [{lo:+.3f}, {hi:+.3f}])"
+    if -EFFECT < lo and hi < EFFECT:
+        return f"no difference larger than {EFFECT} at this scale ({mean:+.3f} [{lo:+.3f}, {hi:+.3f}])"
+    return (f"inconclusive at this scale ({mean:+.3f} [{lo:+.3f}, {hi:+.3f}]; power {power:.0%} to detect "
+            f"±{EFFECT})")  # fmt: skip
+
+
+def collect_study(results_dir: str, target: float = 0.5) -> dict:
+    """Run statistics of every finished run of every stage (``{stage.key(loss, seed): stats}``)."""
+    results = {}
+    for stage in STUDY:
+        for loss in stage.losses:
+            for seed in stage.seeds:
+                key = stage.key(loss, seed)
+                rows, record = load_raw(results_dir, key)
+                if key not in results and sum(1 for r in rows if REWARD_KEY in r) >= stage.steps:
+                    peak = record.get("worker_peak_rss_gb")
+                    val_key = record.get("val_key", MODELS["smollm2"].val_key)
+                    results[key] = run_stats(rows, target, val_key, int(peak * 2**30) if peak else None)
+    return results
+
+
+def _cell(values: list[float], spec: str = ".3f") -> str:
+    values = [v for v in values if v is not None]
+    if not values:
+        return "n/a"
+    if len(values) == 1:
+        return format(values[0], spec)
+    return f"{format(statistics.mean(values), spec)} ± {format(statistics.stdev(values), spec)}"
+
+
+def study_report(results: dict) -> str:
+    """The powered study's tables (docs/benchmarks.md, "Powered study"): per stage and arm the per-seed primary
+    outcome and the secondary ones, then the paired comparisons with the reading the plan's rules give."""
+    lines = []
+    for stage in STUDY:
+        done = {loss: [s for s in stage.seeds if stage.key(loss, s) in results] for loss in stage.losses}
+        lines += [f"**Stage {stage.name}: {stage.title}** ({stage.variant}, seeds {stage.seeds[0]}-{stage.seeds[-1]}, "
+                  f"{stage.steps} steps; runs finished: " + ", ".join(f"{STUDY_LABEL[l]} {len(done[l])}/"
+                  f"{len(stage.seeds)}" for l in stage.losses) + ")", "",
+                  "| arm | whole-run mean reward per seed | whole-run mean | final reward | held-out acc | "
+                  "entropy | collapsed | KL(old ‖ new) per update | projected / clipped / masked | step s |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+        for loss in stage.losses:
+            runs = [results[stage.key(loss, s)] for s in done[loss]]
+            if not runs:
+                continue
+            collapsed = sum(r["collapsed"] or r["collapsed_peak"] for r in runs)
+            lines.append(
+                f"| {STUDY_LABEL[loss]} | " + ", ".join(f"{r['reward_mean']:.3f}" for r in runs) + " | "
+                f"{_cell([r['reward_mean'] for r in runs])} | {_cell([r['reward_final'] for r in runs])} | "
+                f"{_cell([r['val_final'] for r in runs])} | {_cell([r['entropy_final'] for r in runs])} | "
+                f"{collapsed}/{len(runs)} | {_cell([r['kl_update'] for r in runs], '.2e')} | "
+                f"{_cell([r['constrained_frac'] for r in runs])} | {_cell([r['seconds_per_step'] for r in runs], '.1f')} |"
+            )  # fmt: skip
+        lines += ["", "| comparison | pairs | primary: whole-run mean, per seed | mean | 95 % t interval | sign-flip p "
+                  "| SD | power for ±0.1 | final reward | entropy | entropy at equal final reward | step-1 reward "
+                  "equal | reading |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+        for a, b in stage.comparisons:
+            seeds = [s for s in stage.seeds if stage.key(a, s) in results and stage.key(b, s) in results]
+            if len(seeds) < 3:
+                lines.append(f"| {STUDY_LABEL[a]} − {STUDY_LABEL[b]} | {len(seeds)} | not enough pairs yet |"
+                             + " |" * 10)  # fmt: skip
+                continue
+            ra, rb = [results[stage.key(a, s)] for s in seeds], [results[stage.key(b, s)] for s in seeds]
+            diffs = [x["reward_mean"] - y["reward_mean"] for x, y in zip(ra, rb, strict=True)]
+            mean, lo, hi = t_interval(diffs)
+            sd = statistics.stdev(diffs)
+            power = t_power(len(diffs), sd)
+            final = [x["reward_final"] - y["reward_final"] for x, y in zip(ra, rb, strict=True)]
+            f_mean, f_lo, f_hi = t_interval(final)
+            entropy = [x["entropy_final"] - y["entropy_final"] for x, y in zip(ra, rb, strict=True)]
+            e_mean, e_lo, e_hi = t_interval(entropy)
+            adj, adj_lo, adj_hi = adjusted_difference(entropy, final)
+            same_step1 = sum(abs(x["reward_step1"] - y["reward_step1"]) < 1e-9 for x, y in zip(ra, rb, strict=True))
+            lines.append(
+                f"| {STUDY_LABEL[a]} − {STUDY_LABEL[b]} | {len(diffs)} | " + ", ".join(f"{d:+.3f}" for d in diffs)
+                + f" | {mean:+.3f} | [{lo:+.3f}, {hi:+.3f}] | {sign_flip_p(diffs):.4f} | {sd:.3f} | {power:.0%} | "
+                f"{f_mean:+.3f} [{f_lo:+.3f}, {f_hi:+.3f}] | {e_mean:+.3f} [{e_lo:+.3f}, {e_hi:+.3f}] | "
+                f"{adj:+.3f} [{adj_lo:+.3f}, {adj_hi:+.3f}] | {same_step1}/{len(diffs)} | "
+                f"{reading(lo, hi, mean, a, b, power)} |"
+            )  # fmt: skip
+            if stage.primary == "collapses":
+                ca = sum(x["collapsed"] or x["collapsed_peak"] for x in ra)
+                cb = sum(y["collapsed"] or y["collapsed_peak"] for y in rb)
+                p = fisher_exact_p(ca, len(ra), cb, len(rb))
+                verdict = (f"{STUDY_LABEL[a] if ca < cb else STUDY_LABEL[b]} collapsed less" if p < 0.05
+                           else "no difference in collapses detected")  # fmt: skip
+                lines += ["", f"Primary outcome of this stage, collapses: {STUDY_LABEL[a]} {ca}/{len(ra)}, "
+                          f"{STUDY_LABEL[b]} {cb}/{len(rb)}, Fisher exact p = {p:.3f}: {verdict}."]  # fmt: skip
+        lines.append("")
+    return "\n".join(lines).rstrip() + "\n"
+
+
 def plot_curves(results_dir: str, variants: list[str], seeds: list[int], path: str, title: str) -> str:
     """Train reward (trailing 3-step mean) against step, from the raw results: per variant one panel, a thin line per
     seed and the mean over seeds thick, TROLL and clip."""
@@ -596,6 +812,44 @@ def plot_curves(results_dir: str, variants: list[str], seeds: list[int], path: s
     return path
 
 
+def plot_study(results_dir: str, path: str) -> str:
+    """Train reward against step, a panel per arm of the powered study: a faint line per seed, the mean bold."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    arms = [(stage, loss) for stage in STUDY if stage.name != "2" for loss in stage.losses]
+    arms.insert(2, (STUDY[1], "dppo"))
+    columns = 4
+    fig, axes = plt.subplots(-(-len(arms) // columns), columns, figsize=(4.2 * columns, 3.2 * -(-len(arms) // columns)),
+                             squeeze=False, sharey=True)  # fmt: skip
+    for ax in axes.flat[len(arms) :]:
+        ax.set_visible(False)
+    colors = {"troll": "tab:blue", "clip": "tab:orange", "dppo": "tab:green"}
+    for ax, (stage, loss) in zip(axes.flat, arms, strict=False):
+        curves = []
+        for seed in stage.seeds:
+            rows, _ = load_raw(results_dir, stage.key(loss, seed))
+            rewards = [r[REWARD_KEY] for r in rows if REWARD_KEY in r]
+            if rewards:
+                curves.append(rewards)
+                ax.plot(range(1, len(rewards) + 1), rewards, color=colors[loss], alpha=0.2, lw=0.8)
+        if curves:
+            n = min(len(c) for c in curves)
+            ax.plot(range(1, n + 1), [statistics.mean(c[i] for c in curves) for i in range(n)], color=colors[loss],
+                    lw=2.4)  # fmt: skip
+        ax.set_title(f"stage {stage.name}: {stage.variant}, {STUDY_LABEL[loss]} ({len(curves)} seeds)", fontsize=9)
+        ax.set_xlabel("step")
+        ax.set_ylabel("train reward")
+        ax.set_ylim(0, 1)
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The command line (the docs' commands for this script are parsed with it: tests/tools/test_docs_on_cpu.py)."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -617,6 +871,14 @@ def build_parser() -> argparse.ArgumentParser:
                         help="add the stress map's tables: collapses, and paired differences with 95 %% intervals")
     parser.add_argument("--cache-dir", default=None)
     parser.add_argument("--model", default="tiny", choices=list(MODELS))
+    parser.add_argument("--task-hi", type=int, default=None,
+                        help="smollm2: addition with operands in [0, TASK_HI) (default: one-digit sums)")
+    parser.add_argument("--losses", nargs="+", default=None, choices=sorted({l for v in VARIANTS.values() for l in v}),
+                        help="run only these arms of each variant (default: all of them)")
+    parser.add_argument("--test-freq", type=int, default=None,
+                        help="greedy validation every so many steps (default: the model's)")
+    parser.add_argument("--study", action="store_true",
+                        help="run nothing: print the powered study's tables (and --plot) from --results-dir")
     parser.add_argument("--plot", default=None, help="write the reward curves here (PNG)")
     return parser
 
@@ -624,9 +886,15 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
 
-    model = MODELS[args.model]
+    model = cpu_model(args.model, args.task_hi)
     results_dir = args.results_dir or os.path.join(args.out_dir, "raw")
-    plan = [(v, loss, s) for s in args.seeds for v in args.variants for loss in VARIANTS[v]]
+    if args.study:
+        print(study_report(collect_study(results_dir)))
+        if args.plot:
+            print("plot: " + plot_study(results_dir, args.plot))
+        return 0
+    plan = [(v, loss, s) for s in args.seeds for v in args.variants for loss in VARIANTS[v]
+            if args.losses is None or loss in args.losses]  # fmt: skip
     if args.dry_run:
         return _dry_run_plan(plan, model, args)
     if not args.report_only:
@@ -652,7 +920,7 @@ def _run_overrides(model, assets, args, variant: str, loss: str, seed: int) -> l
     run_dir = os.path.join(args.out_dir, variant, loss, f"seed{seed}")
     return cpu_run_overrides(
         model, assets, steps=args.steps, seed=seed, run_dir=run_dir, experiment=key.replace("/", "_"),
-        lr=LEARNING_RATE.get(variant),
+        lr=LEARNING_RATE.get(variant), test_freq=args.test_freq,
     ) + arm_overrides(variant, loss, model)  # fmt: skip
 
 
@@ -695,6 +963,7 @@ def _run_plan(plan, model, args, results_dir: str) -> int:
         peak = result.worker_peak_rss_bytes
         record = {"key": key, "model": model.name, "steps": args.steps, "wall_s": round(wall, 1),
                   "worker_peak_rss_gb": peak / 2**30 if peak else None, "overrides": overrides,
+                  "task_hi": args.task_hi, "val_key": model.val_key,
                   "date": time.strftime("%Y-%m-%d"), **_versions()}  # fmt: skip
         save_raw(results_dir, key, result.rows(), record)
         r = run_stats(result.rows(), args.target, model.val_key, peak)

@@ -167,3 +167,16 @@ def test_bench_rollout_topk_at_a_tiny_size(smollm2):
                  "--cache-dir", os.path.dirname(smollm2.root))  # fmt: skip
     assert "logprobs=0" in out
     assert wait_until(lambda: not TAG.processes(), 60), TAG.processes()
+
+
+def test_bench_task_at_a_tiny_size(smollm2, tmp_path):
+    """The untrained model's accuracy on a task (scripts/bench_task.py): every answer scored, the rule applied."""
+    _bench("bench_task.py", "--hi", "15", "20", "--limit", "3", "--samples", "2", "--max-new-tokens", "12",
+           "--cache-dir", os.path.dirname(smollm2.root), "--out", str(tmp_path / "task.json"))  # fmt: skip
+    task = json.loads((tmp_path / "task.json").read_text())
+    assert [(r["hi"], r["held_out"], r["samples"]) for r in task["results"]] == [(15, 3, 2), (20, 3, 2)]
+    for r in task["results"]:
+        assert r["greedy_acc"] in (0.0, 1 / 3, 2 / 3, 1.0) and r["sampled_acc"] in {k / 6 for k in range(7)}
+        assert len(r["examples"]["greedy"]) == 3 and all(isinstance(a, str) for a in r["examples"]["sampled"])
+    ok = [r["hi"] for r in task["results"] if r["sampled_acc"] >= 0.05 and r["greedy_acc"] <= 0.5]
+    assert task["chosen"] == (max(ok) if ok else None)

@@ -179,3 +179,102 @@ def test_report_only_regenerates_the_stress_tables_from_raw_results(tmp_path, ca
     # +0.47 on average, but t(2) = 4.3 makes three seeds' interval [-0.11, +1.04]: not separated
     assert ", ".join(f"{d:+.3f}" for d in diffs) in diff_row and diff_row.rstrip().endswith("| no |")
     assert png.exists()
+
+
+# ------------------------------------------------------------------------------------------------ powered study
+def test_the_study_arms_are_the_papers_schedule_and_baselines():
+    from troll_verl.tools.quickstart import MODELS
+
+    smollm2 = MODELS["smollm2"]
+    for loss in ("troll", "clip", "dppo"):  # 8 optimizer steps per batch: mini-batches of 1 prompt x 4 answers
+        assert bl.arm_overrides("paper8", loss, smollm2)[-2:] == [
+            "actor_rollout_ref.actor.ppo_mini_batch_size=1", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4"]
+    clip = set(bl.VARIANTS["paper8"]["clip"])
+    assert {"actor_rollout_ref.actor.policy_loss.loss_mode=vanilla", "actor_rollout_ref.actor.clip_ratio_low=0.2",
+            "actor_rollout_ref.actor.clip_ratio_high=0.2", "actor_rollout_ref.actor.clip_ratio_c=10.0"} == clip
+    dppo = set(bl.VARIANTS["paper8"]["dppo"])
+    assert {"actor_rollout_ref.actor.policy_loss.loss_mode=dppo_kl", "actor_rollout_ref.actor.clip_ratio_low=0.05",
+            "actor_rollout_ref.actor.clip_ratio_high=0.05", "actor_rollout_ref.actor.clip_ratio_c=10000.0"} == dppo
+    assert bl.VARIANTS["paper8"]["troll"] == ["actor_rollout_ref.actor.policy_loss.loss_mode=troll"]  # defaults
+    gspo = set(bl.arm_overrides("paper8_gspo", "clip", smollm2))
+    assert {"actor_rollout_ref.actor.policy_loss.loss_mode=gspo", "actor_rollout_ref.actor.clip_ratio_low=0.2",
+            "actor_rollout_ref.actor.clip_ratio_high=0.2", "actor_rollout_ref.actor.ppo_mini_batch_size=1"} <= gspo
+    assert "actor_rollout_ref.actor.policy_loss.ratio_level=sequence" in bl.VARIANTS["paper8_gspo"]["troll"]
+    # the plan's stages: n fixed in advance
+    assert [(s.variant, len(s.seeds), s.steps) for s in bl.STUDY] == [
+        ("paper8", 15, 30), ("paper8", 8, 30), ("paper8_gspo", 5, 30), ("lr1e-4", 14, 10)]
+    assert bl.STUDY[3].seeds == list(range(5, 19))
+
+
+def test_the_task_option_and_the_validation_interval_reach_the_runs(tmp_path):
+    from types import SimpleNamespace
+
+    from troll_verl.assets.smollm2 import SmolSpec
+    from troll_verl.tools.quickstart import cpu_model
+
+    model = cpu_model("smollm2", 20)
+    assert model.build.keywords["spec"] == SmolSpec(hi=20, val_fraction=0.2)
+    assert cpu_model("smollm2", 15).build.keywords["spec"].val_fraction == pytest.approx(80 / 225)
+    with pytest.raises(ValueError, match="tiny model has its own task"):
+        cpu_model("tiny", 20)
+    args = bl.build_parser().parse_args(["--model", "smollm2", "--task-hi", "20", "--test-freq", "10", "--steps", "30"])
+    overrides = bl._run_overrides(model, SimpleNamespace(train_file="t", val_file="v", model_dir="m"), args,
+                                  "paper8", "dppo", 3)  # fmt: skip
+    assert {"trainer.test_freq=10", "trainer.total_training_steps=30", "data.seed=3",
+            "actor_rollout_ref.rollout.agent.default_agent_loop=seeded_single_turn_agent"} <= set(overrides)
+
+
+def test_only_the_named_losses_are_planned(monkeypatch):
+    planned = []
+    monkeypatch.setattr(bl, "_run_plan", lambda plan, *a: planned.extend(plan) or 1)
+    bl.main(["--model", "smollm2", "--variants", "paper8", "--losses", "dppo", "--seeds", "0", "1"])
+    assert planned == [("paper8", "dppo", 0), ("paper8", "dppo", 1)]
+
+
+def test_study_statistics():
+    # exact sign flips: 3 positive differences -> only the observed and the all-negative assignment are as extreme
+    assert bl.sign_flip_p([0.1, 0.2, 0.3]) == pytest.approx(2 / 8)
+    assert bl.sign_flip_p([0.1, -0.1]) == 1.0
+    # the t test's power at the planning SD: about 80 % for +0.1 with 15 pairs, far less with 5
+    assert 0.75 < bl.t_power(15, 0.13) < 0.85 and bl.t_power(5, 0.13) < 0.35
+    # Fisher exact: 5/5 against 0/5 collapses, two-sided p = 2 / C(10, 5)
+    assert bl.fisher_exact_p(5, 5, 0, 5) == pytest.approx(2 / 252)
+    assert bl.fisher_exact_p(1, 5, 1, 5) == pytest.approx(1.0)
+    # the entropy difference at equal final reward: y = 0.2 + 0.5 x exactly -> intercept 0.2, zero width
+    adj, lo, hi = bl.adjusted_difference([0.2, 0.25, 0.3, 0.4], [0.0, 0.1, 0.2, 0.4])
+    assert adj == pytest.approx(0.2) and hi - lo == pytest.approx(0.0, abs=1e-9)
+    # reading rules
+    assert bl.reading(0.02, 0.2, 0.11, "troll", "clip", 0.8).startswith("TROLL learned faster")
+    assert bl.reading(-0.2, -0.02, -0.11, "troll", "clip", 0.8).startswith("clip learned faster")
+    assert bl.reading(-0.05, 0.08, 0.01, "troll", "clip", 0.8).startswith("no difference larger than 0.1")
+    assert "inconclusive" in bl.reading(-0.05, 0.2, 0.07, "troll", "clip", 0.4) and "power 40%" in bl.reading(
+        -0.05, 0.2, 0.07, "troll", "clip", 0.4)
+
+
+def test_the_half_peak_collapse_rule():
+    peaked = bl.run_stats(_stress_rows([0.1, 0.5, 0.8, 0.8, 0.8, 0.8, 0.8, 0.2, 0.1, 0.1, 0.1, 0.1]), 0.5)
+    assert peaked["collapsed_peak"] and not peaked["collapsed"]  # final reward above step 1's: the map misses it
+    steady = bl.run_stats(_stress_rows([0.1, 0.5, 0.8, 0.8, 0.8, 0.8, 0.8, 0.6, 0.5, 0.5, 0.5, 0.5]), 0.5)
+    assert not steady["collapsed_peak"]
+    assert steady["reward_mean"] == pytest.approx(sum([0.1, 0.5, 0.8, 0.8, 0.8, 0.8, 0.8, 0.6, 0.5, 0.5, 0.5, 0.5]) / 12)
+
+
+def test_the_study_report_regenerates_from_raw_results(tmp_path, capsys):
+    """Two seeds of stage 1 and three of stage 3 from synthetic raw results: the rows, the pairs and the readings."""
+    for seed in range(3):
+        up = [0.1 + 0.02 * i for i in range(30)]
+        flat = [0.1 + 0.01 * i + 0.01 * seed for i in range(30)]
+        bl.save_raw(str(tmp_path), f"paper8/troll/seed{seed}", _stress_rows(up, projected=0.1), {})
+        bl.save_raw(str(tmp_path), f"paper8/clip/seed{seed}", _stress_rows(flat, clipped=0.03), {})
+        crash = [0.1, 0.6, 0.8] + [0.8] * 20 + [0.1] * 7
+        bl.save_raw(str(tmp_path), f"paper8_gspo/clip/seed{seed}", _stress_rows(crash), {})
+        bl.save_raw(str(tmp_path), f"paper8_gspo/troll/seed{seed}", _stress_rows(up), {})
+    png = tmp_path / "study.png"
+    assert bl.main(["--study", "--results-dir", str(tmp_path), "--plot", str(png)]) == 0
+    out = capsys.readouterr().out
+    assert "runs finished: TROLL 3/15, clip 3/15" in out
+    (pair,) = [line for line in out.splitlines() if line.startswith("| TROLL − clip | 3 | +0.145, +0.135, +0.125")]
+    assert "| 0.2500 |" in pair and "| 1/3 |" in pair  # sign-flip p = 2/8; step-1 rewards equal in seed 0 only
+    assert "TROLL learned faster" in pair
+    assert "collapses: TROLL 0/3, clip 3/3, Fisher exact p = 0.100: no difference in collapses detected" in out
+    assert png.exists()

@@ -94,6 +94,22 @@ class SmolSpec:
     def key(self) -> str:
         return spec_key(_ASSETS_VERSION, self, gguf=GGUF_SHA256)
 
+    @classmethod
+    def addition(cls, hi: int, held_out: int = 80) -> SmolSpec:
+        """Operands in ``[0, hi)``, at least ``held_out`` problems held out (a 20 % split where that is more).
+
+        ``hi=10`` is the default asset (one-digit sums, 20 held out), unchanged; any other ``hi`` holds out
+        ``max(held_out, 20 % of hi²)`` problems, so that a held-out accuracy has a binomial SD of at most about 0.056.
+        """
+        if hi == cls.hi:
+            return cls()
+        if not 2 <= hi <= 1000:
+            raise ValueError(f"hi={hi}: operands are drawn from [0, hi); use 2 <= hi <= 1000")
+        pairs = hi * hi
+        if pairs < 2 * held_out:
+            raise ValueError(f"hi={hi} gives {pairs} problems, too few to hold out {held_out}; use hi >= 13")
+        return cls(hi=hi, val_fraction=max(cls.val_fraction, held_out / pairs))
+
 
 def _sha256(path: str) -> str:
     digest = hashlib.sha256()
