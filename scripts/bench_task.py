@@ -57,11 +57,11 @@ def answer(model, tokenizer, pairs, *, samples: int, greedy: bool, max_new_token
             ids[i, width - len(p) :] = torch.tensor(p)
             mask[i, width - len(p) :] = 1
         torch.manual_seed(seed + start)
-        sampling = {} if greedy else {"do_sample": True, "temperature": 1.0, "top_k": 0, "top_p": 1.0,
-                                      "num_return_sequences": samples}  # fmt: skip
+        sampling = {"do_sample": False} if greedy else {"do_sample": True, "temperature": 1.0, "top_k": 0, "top_p": 1.0,
+                                                         "num_return_sequences": samples}  # fmt: skip
         with torch.no_grad():
             gen = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens,
-                                 do_sample=not greedy, eos_token_id=tokenizer.eos_token_id,
+                                 eos_token_id=tokenizer.eos_token_id,
                                  pad_token_id=tokenizer.pad_token_id, **sampling)  # fmt: skip
         out += tokenizer.batch_decode(gen[:, width:], skip_special_tokens=True)
     return out

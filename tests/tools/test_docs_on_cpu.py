@@ -44,8 +44,8 @@ ROOT = Path(__file__).resolve().parents[2]
 PAGES = sorted([ROOT / "README.md", *(ROOT / "docs").glob("*.md"), ROOT / "recipe" / "troll" / "README.md"])
 # the scripts the docs quote; bench_rollout.py was removed (benchmarks.md keeps its command as history, naming the
 # commit to check out)
-SCRIPTS = ("bench_learning", "bench_loss", "bench_sparsity", "bench_rollout_topk", "gpu_check", "plot_runs",
-           "install_vllm_cpu")  # fmt: skip
+SCRIPTS = ("bench_learning", "bench_loss", "bench_sparsity", "bench_rollout_topk", "bench_task", "gpu_check",
+           "plot_runs", "install_vllm_cpu")  # fmt: skip
 REMOVED_SCRIPTS = {"bench_rollout"}
 
 _FENCE = re.compile(r"^```.*?^```", re.M | re.S)
