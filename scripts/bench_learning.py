@@ -710,10 +710,15 @@ def study_report(results: dict) -> str:
     lines = []
     for stage in STUDY:
         done = {loss: [s for s in stage.seeds if stage.key(loss, s) in results] for loss in stage.losses}
+        finished = ", ".join(f"{STUDY_LABEL[loss]} {len(done[loss])}/{len(stage.seeds)}" for loss in stage.losses)
         lines += [f"**Stage {stage.name}: {stage.title}** ({stage.variant}, seeds {stage.seeds[0]}-{stage.seeds[-1]}, "
-                  f"{stage.steps} steps; runs finished: " + ", ".join(f"{STUDY_LABEL[l]} {len(done[l])}/"
-                  f"{len(stage.seeds)}" for l in stage.losses) + ")", "",
-                  "| arm | whole-run mean reward per seed | whole-run mean | final reward | held-out acc | "
+                  f"{stage.steps} steps; runs finished: {finished})", ""]  # fmt: skip
+        if any(len(seeds) < len(stage.seeds) for seeds in done.values()):
+            # the plan: no interim look, so nothing of a stage is summarised before its n is complete
+            lines += ["Not summarised until every planned run of the stage has finished (the plan: fixed n, no "
+                      "interim look).", ""]  # fmt: skip
+            continue
+        lines += ["| arm | whole-run mean reward per seed | whole-run mean | final reward | held-out acc | "
                   "entropy | collapsed | KL(old ‖ new) per update | projected / clipped / masked | step s |",
                   "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
         for loss in stage.losses:
@@ -726,17 +731,14 @@ def study_report(results: dict) -> str:
                 f"{_cell([r['reward_mean'] for r in runs])} | {_cell([r['reward_final'] for r in runs])} | "
                 f"{_cell([r['val_final'] for r in runs])} | {_cell([r['entropy_final'] for r in runs])} | "
                 f"{collapsed}/{len(runs)} | {_cell([r['kl_update'] for r in runs], '.2e')} | "
-                f"{_cell([r['constrained_frac'] for r in runs])} | {_cell([r['seconds_per_step'] for r in runs], '.1f')} |"
+                f"{_cell([r['constrained_frac'] for r in runs])} | "
+                f"{_cell([r['seconds_per_step'] for r in runs], '.1f')} |"
             )  # fmt: skip
         lines += ["", "| comparison | pairs | primary: whole-run mean, per seed | mean | 95 % t interval | sign-flip p "
                   "| SD | power for ±0.1 | final reward | entropy | entropy at equal final reward | step-1 reward "
                   "equal | reading |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
         for a, b in stage.comparisons:
             seeds = [s for s in stage.seeds if stage.key(a, s) in results and stage.key(b, s) in results]
-            if len(seeds) < 3:
-                lines.append(f"| {STUDY_LABEL[a]} − {STUDY_LABEL[b]} | {len(seeds)} | not enough pairs yet |"
-                             + " |" * 10)  # fmt: skip
-                continue
             ra, rb = [results[stage.key(a, s)] for s in seeds], [results[stage.key(b, s)] for s in seeds]
             diffs = [x["reward_mean"] - y["reward_mean"] for x, y in zip(ra, rb, strict=True)]
             mean, lo, hi = t_interval(diffs)
@@ -819,8 +821,17 @@ def plot_study(results_dir: str, path: str) -> str:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    arms = [(stage, loss) for stage in STUDY if stage.name != "2" for loss in stage.losses]
-    arms.insert(2, (STUDY[1], "dppo"))
+    def complete(stage):  # the plan: no interim look, so a stage is drawn once all its runs have finished
+        return all(load_raw(results_dir, stage.key(loss, seed))[0] for loss in stage.losses for seed in stage.seeds)
+
+    arms, seen = [], set()
+    for stage in STUDY:  # an arm once, in the first stage that has it (stage 2 reuses stage 1's TROLL and clip)
+        for loss in stage.losses:
+            if (stage.variant, loss) not in seen and complete(stage):
+                arms.append((stage, loss))
+            seen.add((stage.variant, loss))
+    if not arms:
+        return "no stage complete yet: nothing drawn"
     columns = 4
     fig, axes = plt.subplots(-(-len(arms) // columns), columns, figsize=(4.2 * columns, 3.2 * -(-len(arms) // columns)),
                              squeeze=False, sharey=True)  # fmt: skip
@@ -873,7 +884,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--model", default="tiny", choices=list(MODELS))
     parser.add_argument("--task-hi", type=int, default=None,
                         help="smollm2: addition with operands in [0, TASK_HI) (default: one-digit sums)")
-    parser.add_argument("--losses", nargs="+", default=None, choices=sorted({l for v in VARIANTS.values() for l in v}),
+    losses = sorted({loss for arms in VARIANTS.values() for loss in arms})
+    parser.add_argument("--losses", nargs="+", default=None, choices=losses,
                         help="run only these arms of each variant (default: all of them)")
     parser.add_argument("--test-freq", type=int, default=None,
                         help="greedy validation every so many steps (default: the model's)")

@@ -72,7 +72,8 @@ def accuracy(pairs, answers: list[str], per_pair: int) -> float:
     truths = [str(a + b) for a, b in pairs for _ in range(per_pair)]
     if len(truths) != len(answers):
         raise ValueError(f"{len(answers)} answers for {len(pairs)} problems x {per_pair}")
-    return sum(compute_score(DATA_SOURCE, text, truth)["score"] for text, truth in zip(answers, truths)) / len(truths)
+    scores = [compute_score(DATA_SOURCE, text, truth)["score"] for text, truth in zip(answers, truths, strict=True)]
+    return sum(scores) / len(scores)
 
 
 def choose(results: list[dict], min_sampled: float, max_greedy: float) -> int | None:

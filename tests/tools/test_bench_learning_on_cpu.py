@@ -254,13 +254,20 @@ def test_study_statistics():
 def test_the_half_peak_collapse_rule():
     peaked = bl.run_stats(_stress_rows([0.1, 0.5, 0.8, 0.8, 0.8, 0.8, 0.8, 0.2, 0.1, 0.1, 0.1, 0.1]), 0.5)
     assert peaked["collapsed_peak"] and not peaked["collapsed"]  # final reward above step 1's: the map misses it
-    steady = bl.run_stats(_stress_rows([0.1, 0.5, 0.8, 0.8, 0.8, 0.8, 0.8, 0.6, 0.5, 0.5, 0.5, 0.5]), 0.5)
-    assert not steady["collapsed_peak"]
-    assert steady["reward_mean"] == pytest.approx(sum([0.1, 0.5, 0.8, 0.8, 0.8, 0.8, 0.8, 0.6, 0.5, 0.5, 0.5, 0.5]) / 12)
+    rewards = [0.1, 0.5, 0.8, 0.8, 0.8, 0.8, 0.8, 0.6, 0.5, 0.5, 0.5, 0.5]
+    steady = bl.run_stats(_stress_rows(rewards), 0.5)
+    assert not steady["collapsed_peak"] and steady["reward_mean"] == pytest.approx(sum(rewards) / 12)
 
 
-def test_the_study_report_regenerates_from_raw_results(tmp_path, capsys):
-    """Two seeds of stage 1 and three of stage 3 from synthetic raw results: the rows, the pairs and the readings."""
+def test_the_study_report_regenerates_from_raw_results(tmp_path, capsys, monkeypatch):
+    """A stage of three seeds and a GSPO stage of three from synthetic raw results: the rows, the pairs, the readings;
+    and an incomplete stage is not summarised at all (the plan: no interim look)."""
+    stages = [bl.Stage("1", "main", "paper8", ("troll", "clip"), range(3), 30, [("troll", "clip")], "reward_mean", 10),
+              bl.Stage("3", "gspo", "paper8_gspo", ("troll", "clip"), range(3), 30, [("troll", "clip")], "collapses",
+                       10),
+              bl.Stage("4", "late", "lr1e-4", ("troll", "clip"), range(5, 8), 10, [("troll", "clip")], "reward_mean",
+                       4)]  # fmt: skip
+    monkeypatch.setattr(bl, "STUDY", stages)
     for seed in range(3):
         up = [0.1 + 0.02 * i for i in range(30)]
         flat = [0.1 + 0.01 * i + 0.01 * seed for i in range(30)]
@@ -269,12 +276,17 @@ def test_the_study_report_regenerates_from_raw_results(tmp_path, capsys):
         crash = [0.1, 0.6, 0.8] + [0.8] * 20 + [0.1] * 7
         bl.save_raw(str(tmp_path), f"paper8_gspo/clip/seed{seed}", _stress_rows(crash), {})
         bl.save_raw(str(tmp_path), f"paper8_gspo/troll/seed{seed}", _stress_rows(up), {})
+    for seed in (5, 6):  # stage 4 has 2 of its 3 pairs
+        for loss in ("troll", "clip"):
+            bl.save_raw(str(tmp_path), f"lr1e-4/{loss}/seed{seed}", _stress_rows([0.1 * seed] * 10), {})
     png = tmp_path / "study.png"
     assert bl.main(["--study", "--results-dir", str(tmp_path), "--plot", str(png)]) == 0
     out = capsys.readouterr().out
-    assert "runs finished: TROLL 3/15, clip 3/15" in out
+    assert "runs finished: TROLL 3/3, clip 3/3" in out
     (pair,) = [line for line in out.splitlines() if line.startswith("| TROLL − clip | 3 | +0.145, +0.135, +0.125")]
     assert "| 0.2500 |" in pair and "| 1/3 |" in pair  # sign-flip p = 2/8; step-1 rewards equal in seed 0 only
     assert "TROLL learned faster" in pair
     assert "collapses: TROLL 0/3, clip 3/3, Fisher exact p = 0.100: no difference in collapses detected" in out
+    late = out[out.index("**Stage 4"):]
+    assert "runs finished: TROLL 2/3, clip 2/3" in late and "Not summarised" in late and "| TROLL −" not in late
     assert png.exists()
