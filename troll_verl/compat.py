@@ -276,12 +276,17 @@ INTERNAL_IMPORTS = {
     "vllm.model_executor.model_loader.reload": ("initialize_layerwise_reload", "finalize_layerwise_reload"),
 }
 # verl statements whose behaviour TROLL's code mirrors or works around (file -> statements it must still contain):
-# ppo_loss averages every policy-loss metric (integration/loss_fn.py undoes it for TROLL's sums and maxima) and calls
-# the loss with keywords; the engine hands the logits hook to the model output's post-processing.
+# ppo_loss averages every policy-loss metric (integration/loss_fn.py re-tags TROLL's maxima and loss parts by key after
+# it returns) and calls the loss with keywords; it sums the loss metrics once any global batch information is set
+# (core/losses.py's _loss_aggregation mirrors that rule for the seam route, where ppo_loss hands a loss no decision);
+# the engine hands the logits hook to the model output's post-processing.
 MIRRORED_STATEMENTS = {
     "verl/workers/utils/losses.py": (
         "Metric.from_dict(pg_metrics, aggregation=AggregationType.MEAN)",
         "policy_loss_fn(",
+        'metrics["actor/pg_loss"] = Metric(value=pg_loss, aggregation=metric_aggregation)',
+        "or config.loss_scale_factor is not None",
+        "metric_aggregation = AggregationType.SUM",
     ),
     "verl/workers/engine/fsdp/transformer_impl.py": (
         "logits_processor_func(student_logits=",

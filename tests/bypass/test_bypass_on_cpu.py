@@ -94,7 +94,8 @@ def replica_registry(monkeypatch):
 def test_prepare_sets_k_and_max_logprobs_and_installs_the_topk_replica(replica_registry, monkeypatch, platform):
     from verl.workers.rollout.replica import get_rollout_replica_class
 
-    from troll_verl.bypass.vllm_topk import TopKCPUvLLMReplica, TopKvLLMReplica, rollout_topk
+    from troll_verl.bypass.vllm_replica import TopKCPUvLLMReplica, TopKvLLMReplica
+    from troll_verl.bypass.vllm_topk import rollout_topk
 
     if platform:
         monkeypatch.setenv("VERL_PLATFORM", platform)
@@ -253,7 +254,7 @@ def test_async_client_concatenates_the_topk_of_resumed_chunks(monkeypatch):
     from verl.workers.rollout.llm_server import LLMServerClient
     from verl.workers.rollout.replica import TokenOutput
 
-    from troll_verl.bypass.vllm_topk import TOPK_IDS_FIELD, TOPK_LOGPROBS_FIELD
+    from troll_verl.bypass.vllm_topk import TOPK_IDS_FIELD, TOPK_LOGPROBS_FIELD, TopKFullyAsyncLLMServerClient
 
     chunks = [([1, 2], "aborted"), ([], "aborted"), ([3], "completed")]
     calls = []
@@ -269,7 +270,7 @@ def test_async_client_concatenates_the_topk_of_resumed_chunks(monkeypatch):
     monkeypatch.setattr(LLMServerClient, "generate", server_generate)
     monkeypatch.setattr(asyncio, "sleep", _no_sleep)
     config = OmegaConf.create({"actor_rollout_ref": {"rollout": {"response_length": 8, "name": "vllm"}}})
-    client = bypass.TopKFullyAsyncLLMServerClient(config=config, load_balancer_handle=None)
+    client = TopKFullyAsyncLLMServerClient(config=config, load_balancer_handle=None)
     out = asyncio.run(client.generate("r", prompt_ids=[7], sampling_params={}))
     assert out.token_ids == [1, 2, 3] and calls == [[7], [7, 1, 2], [7, 1, 2]]
     assert out.extra_fields[TOPK_IDS_FIELD].tolist() == [[1, 2], [2, 3], [3, 4]]

@@ -21,7 +21,13 @@ from verl.utils.metric import AggregationType, Metric
 from verl.workers.config import FSDPActorConfig
 
 from troll_verl.config import TrollPolicyLossConfig
-from troll_verl.core.losses import LOSS_METRICS, MAX_METRICS, _with_aggregation, compute_policy_loss_troll
+from troll_verl.core.losses import (
+    LOSS_METRICS,
+    MAX_METRICS,
+    _loss_aggregation,
+    compute_policy_loss_troll,
+    with_aggregation,
+)
 from troll_verl.core.sparse import old_topk_from_logits, troll_sparse_from_logits
 from troll_verl.testing.reference import dense_project_row
 
@@ -293,7 +299,8 @@ def test_metrics_carry_their_aggregation():
     assert all(m[k].aggregation == AggregationType.MEAN for k in LOSS_METRICS)  # no global batch info: local mean
     assert all(isinstance(v, float) for k, v in m.items() if k not in MAX_METRICS | LOSS_METRICS)
     for info in ({"dp_size": 2}, {"dp_size": 1, "batch_num_tokens": 10}, {"loss_scale_factor": 4}):
-        wrapped = _with_aggregation({"troll/pg_loss": 1.0, "troll/eta_max": 2.0, "troll/kl_before": 3.0}, info)
+        wrapped = with_aggregation({"troll/pg_loss": 1.0, "troll/eta_max": 2.0, "troll/kl_before": 3.0},
+                                   _loss_aggregation(info))  # fmt: skip
         assert wrapped["troll/pg_loss"].aggregation == AggregationType.SUM
         assert wrapped["troll/eta_max"].aggregation == AggregationType.MAX and wrapped["troll/kl_before"] == 3.0
 

@@ -17,9 +17,13 @@ test_workers_on_cpu)."""
 import pytest
 import torch
 from verl.utils import tensordict_utils as tu
+from verl.utils.metric import AggregationType, Metric
 from verl.workers.config import FSDPActorConfig
 
 from troll_verl.config import TrollPolicyLossConfig
+from troll_verl.core.layout import response_rows
+from troll_verl.core.losses import LOSS_METRICS, MAX_METRICS, compute_policy_loss_troll
+from troll_verl.core.sparse import old_topk_from_logits, troll_sparse_from_logits
 from troll_verl.integration.loss_fn import TROLL_MODE_KEY, TrollLossFn
 from troll_verl.testing.verl_engine import make_batch
 
@@ -103,3 +107,64 @@ def test_mismatch_above_the_bound_warns_once_naming_kl_bound(caplog):
     assert above[0]["troll/mismatch_projected_frac"].aggregate() == pytest.approx(0.25)
     assert len(caplog.records) == 1
     assert "actor_rollout_ref.actor.policy_loss.kl_bound" in caplog.records[0].getMessage()
+
+
+def _nest(rows, data):
+    return torch.nested.nested_tensor_from_jagged(rows, data["input_ids"].offsets())
+
+
+@pytest.mark.parametrize("global_batch", [False, True])
+def test_the_final_call_equals_the_direct_loss_and_keeps_each_metrics_aggregation(global_batch):
+    """Both passes through the loss closure as verl's engine calls it (hook, then final call), against the core loss on
+    the same logits: the same loss, and every metric with its value and aggregation, the maxima as MAX and the loss's
+    parts as verl aggregated actor/pg_loss; nothing but ppo_loss's return value carries them out."""
+    vocab, k, response = 50, 8, 4
+    fn = TrollLossFn(FSDPActorConfig(
+        strategy="fsdp2", rollout_n=1, ppo_micro_batch_size_per_gpu=1,
+        policy_loss=TrollPolicyLossConfig(topk=k, mass_delta=1e-4, kl_bound=0.05),
+    ))  # fmt: skip
+    data = make_batch(vocab, [3, 5, 2], [response] * 3)
+    bsz, n_tokens = 3, 3 * response
+    if global_batch:
+        tu.assign_non_tensor(data, dp_size=1, batch_num_tokens=n_tokens, global_batch_size=bsz)
+    else:
+        tu.assign_non_tensor(data, dp_size=1, batch_num_tokens=None, global_batch_size=None)
+    g = torch.Generator().manual_seed(1)
+    data["advantages"] = torch.nested.as_nested_tensor(
+        [torch.randn(1, generator=g).expand(response).clone() for _ in range(bsz)], layout=torch.jagged
+    )
+    n_rows = int(data["input_ids"].offsets()[-1])
+    z_old = torch.randn(n_rows, vocab, generator=g, dtype=torch.float64) * 3
+    z = (z_old + torch.randn(n_rows, vocab, generator=g, dtype=torch.float64)).requires_grad_(True)
+    rows = response_rows(data)
+    sampled = data["input_ids"].values()[rows + 1]
+    old_sampled = torch.log_softmax(z_old, -1)[rows, sampled].float()
+
+    old = data.clone()
+    tu.assign_non_tensor(old, **{TROLL_MODE_KEY: "old"})
+    assert fn(student_logits=z_old[None], data=old) == {}
+    stored = {}
+    fn(model_output=stored, data=old, dp_group=None)
+    update = data.clone()
+    update.update({key: stored[key] for key in ("troll_old_ids", "troll_old_logprobs", "troll_old_tail")})
+    update["old_log_probs"] = torch.nested.as_nested_tensor(list(old_sampled.split(response)), layout=torch.jagged)
+    tu.assign_non_tensor(update, **{TROLL_MODE_KEY: "update"})
+    hook = fn(student_logits=z[None], data=update)
+    loss, metrics = fn(model_output={key: _nest(v[0], data) for key, v in hook.items()}, data=update, dp_group=None)
+
+    old_topk = old_topk_from_logits(z_old, topk=k, mass_delta=1e-4, rows=rows)
+    old_topk = old_topk._replace(tail_logprob=old_topk.tail_logprob.float())
+    support = troll_sparse_from_logits(z.detach(), sampled, old_topk, old_sampled, topk=k, mass_delta=1e-4, rows=rows)
+    padded = update.select("advantages", "response_mask").to_padded_tensor()
+    expected, expected_metrics = compute_policy_loss_troll(
+        old_sampled.view(bsz, response), None, padded["advantages"], padded["response_mask"], "token-mean",
+        fn.config, support=support.reshape(bsz, response),
+    )  # fmt: skip
+    torch.testing.assert_close(loss.detach(), expected, rtol=1e-9, atol=1e-12)
+    loss_aggregation = AggregationType.SUM if global_batch else AggregationType.MEAN
+    assert metrics["actor/pg_loss"].aggregation == loss_aggregation
+    for key, value in expected_metrics.items():
+        want = AggregationType.MAX if key in MAX_METRICS else loss_aggregation if key in LOSS_METRICS else None
+        assert metrics[key].aggregation == (want or AggregationType.MEAN), key
+        want_value = value.aggregate() if isinstance(value, Metric) else value
+        assert float(metrics[key].aggregate()) == pytest.approx(float(want_value), rel=1e-9, abs=1e-12), key

@@ -79,7 +79,7 @@ def test_external_modules_alternative():
             VERL_USE_EXTERNAL_MODULES="troll_verl.integration.plugin",
         )
     )
-    assert out.strip() == "troll_policy_loss"
+    assert out.strip() == "troll_policy_loss_stock"  # the route chosen at registration: verl 0.9 has no seam
     missing = _run(
         """
         import verl
@@ -98,6 +98,36 @@ def test_registered_loss_called_by_plain_ppo_loss_names_the_fix():
 
     with pytest.raises(ValueError, match="trainer.v1.trainer_mode=troll"):
         get_policy_loss_fn("troll")(None, None, None, None, config=object())
+
+
+def test_the_route_is_chosen_once_at_registration(monkeypatch):
+    """The registered loss is its route's own forwarder, chosen when verl's registry loads: the seam's, with its spec,
+    where verl has the seam, else the stock route's (which never looks for the seam again)."""
+    import troll_verl.core.losses  # noqa: F401  (verl's registry loaded and registered first, on the real route)
+    import troll_verl.integration.plugin as plugin
+
+    registered = {}
+
+    class FakeCoreAlgos:
+        class PolicyLossSpec:
+            def __init__(self, **fields):
+                self.fields = fields
+
+        @staticmethod
+        def register_policy_loss(name, spec=None):
+            def decorate(fn):
+                registered[name] = (fn, spec)
+                return fn
+
+            return decorate
+
+    for seam, forwarder in ((True, plugin.troll_policy_loss_seam), (False, plugin.troll_policy_loss_stock)):
+        monkeypatch.setattr(plugin, "seam_available", lambda seam=seam: seam)
+        plugin._register_policy_loss(FakeCoreAlgos)
+        fn, spec = registered[plugin.POLICY_LOSS_NAME]
+        assert fn is forwarder
+        assert (spec is not None and spec.fields["logits_fn"] is plugin.troll_logits_hook) == seam
+    assert "seam_available" not in plugin.troll_policy_loss_stock.__code__.co_names
 
 
 def test_version_guard_names_the_range():

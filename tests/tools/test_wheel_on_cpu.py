@@ -159,7 +159,7 @@ def _check_installed(python: Path, root: Path) -> None:
     assert proc.returncode == 0, proc.stderr[-4000:]
     got = json.loads(proc.stdout.split("CHECK ", 1)[1])
     assert got["entry_points"] == [["troll", "troll_verl.integration.plugin", "troll-verl"]], got
-    assert got["loss"] == "troll_verl.integration.plugin.troll_policy_loss", got
+    assert got["loss"] == "troll_verl.integration.plugin.troll_policy_loss_stock", got
     assert Path(got["file"]).resolve().is_relative_to(root.resolve()), got  # not /work/main, not the editable one
     assert got["config"] and got["testing"] is None, got
     proc = _run(python, root, "-m", "troll_verl.main", "--help")

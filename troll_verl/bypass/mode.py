@@ -16,19 +16,19 @@
 With ``algorithm.rollout_correction.bypass_mode=true`` verl's v1 trainer skips the actor's old-log-prob pass and uses
 the rollout's log-probs as ``old_log_probs`` (two policies, μ and π_θ, instead of three). TROLL then projects around
 the rollout policy μ itself: π̃/μ is the true importance weight, the KL bound holds against what generated the
-tokens, and one actor forward pass per step goes away. Everything verl-facing for this lives here:
+tokens, and one actor forward pass per step goes away. Everything trainer-side for this lives here:
 
 - :func:`check_bypass_config`: the refusals, each naming the fix (called by ``validate_troll_config``);
 - :func:`prepare_bypass`: TROLL's trainer in bypass mode sets ``rollout.custom.troll_topk = K`` and
   ``engine_kwargs.vllm.max_logprobs >= K``, and installs the top-K vLLM replica as rollout ``vllm``;
-- :class:`TopKFullyAsyncLLMServerClient`: the asynchronous trainers' client, keeping the top-K across resumed chunks;
 - :func:`put_old_topk_from_rollout`: TROLL's trainer's old-log-prob step; the rollout's top-K, aligned and put through
   the mass rule, written where the actor's pass would write it.
 
-The data path (no verl file patched): vLLM server (:mod:`troll_verl.bypass.vllm_topk`) → ``TokenOutput.extra_fields`` →
-agent loop → the sample's ``extra_fields`` in the TransferQueue → :func:`put_old_topk_from_rollout` →
-``old_log_probs`` and ``troll_old_*`` (:data:`~troll_verl.core.layout.OLD_FIELDS`), response-aligned, which TROLL's
-update reads as usual.
+The rollout side (the vLLM server's top-K request, and the asynchronous trainers' client keeping the top-K across
+resumed chunks) is :mod:`troll_verl.bypass.vllm_topk`, its servers and replicas :mod:`troll_verl.bypass.vllm_replica`.
+The data path (no verl file patched): vLLM server → ``TokenOutput.extra_fields`` → agent loop → the sample's
+``extra_fields`` in the TransferQueue → :func:`put_old_topk_from_rollout` → ``old_log_probs`` and ``troll_old_*``
+(:data:`~troll_verl.core.layout.OLD_FIELDS`), response-aligned, which TROLL's update reads as usual.
 
 NOTE: the top-K travels inside verl's non-tensor ``extra_fields`` (K × 8 bytes per token: 512 B at K = 64), and stays
 there next to the tensors written from it; verl's agent loop lifts only its distillation teacher's fields out.
@@ -36,10 +36,8 @@ there next to the tensors written from it; verl's agent loop lifts only its dist
 
 from __future__ import annotations
 
-import contextvars
 import inspect
 
-import numpy as np
 import torch
 from omegaconf import OmegaConf, open_dict
 
@@ -49,6 +47,7 @@ from troll_verl.core.layout import OLD_FIELDS
 from troll_verl.rollout import SEEDED_AGENT_LOOP
 
 from .rollout_topk import align_rollout_topk, old_topk_from_rollout
+from .vllm_topk import TOPK_IDS_FIELD, TOPK_LOGPROBS_FIELD, TopKFullyAsyncLLMServerClient
 
 __all__ = [
     "bypass_requested",
@@ -56,8 +55,8 @@ __all__ = [
     "check_bypass_seams",
     "prepare_bypass",
     "install_topk_rollout",
-    "TopKFullyAsyncLLMServerClient",
     "put_old_topk_from_rollout",
+    "TopKFullyAsyncLLMServerClient",  # rollout-side (vllm_topk); the trainer builds its client from it
 ]
 
 _VLLM = "vllm"
@@ -182,7 +181,7 @@ def prepare_bypass(config, settings: TrollConfig) -> int:
 def _load_topk_replica():
     from troll_verl.platform.cpu import cpu_platform_requested
 
-    from .vllm_topk import TopKCPUvLLMReplica, TopKvLLMReplica
+    from .vllm_replica import TopKCPUvLLMReplica, TopKvLLMReplica
 
     return TopKCPUvLLMReplica if cpu_platform_requested() else TopKvLLMReplica
 
@@ -243,67 +242,6 @@ def check_bypass_seams() -> None:
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# the asynchronous trainers' client: verl's FullyAsyncLLMServerClient rebuilds its output from resumed chunks and
-# keeps only tokens, log-probs and routed experts; this keeps the top-K too.
-# ---------------------------------------------------------------------------------------------------------------------
-_CHUNKS: contextvars.ContextVar[list | None] = contextvars.ContextVar("troll_topk_chunks", default=None)
-
-
-def _llm_server_clients():
-    from verl.workers.rollout.llm_server import FullyAsyncLLMServerClient, LLMServerClient
-
-    return FullyAsyncLLMServerClient, LLMServerClient
-
-
-_FullyAsyncLLMServerClient, _LLMServerClient = _llm_server_clients()
-
-
-class _ChunkRecorder(_LLMServerClient):
-    """verl's client, recording each server call's top-K for the enclosing :class:`TopKFullyAsyncLLMServerClient`."""
-
-    async def generate(self, request_id, **kwargs):
-        from .vllm_topk import TOPK_IDS_FIELD, TOPK_LOGPROBS_FIELD
-
-        output = await super().generate(request_id, **kwargs)
-        chunks = _CHUNKS.get()
-        if chunks is not None:
-            fields = output.extra_fields
-            chunks.append((fields.get(TOPK_IDS_FIELD), fields.get(TOPK_LOGPROBS_FIELD), len(output.token_ids)))
-        return output
-
-
-class TopKFullyAsyncLLMServerClient(_FullyAsyncLLMServerClient, _ChunkRecorder):
-    """verl's abort-and-resume client (``colocate_async``, ``separate_async``) keeping the rollout's top-K.
-
-    Each resumed chunk's arrays cover only its new tokens, so they are concatenated in order, like the tokens. A
-    partial rollout that spans a weight update carries a top-K from mixed policies, exactly as ``rollout_log_probs``.
-    """
-
-    async def generate(self, request_id, **kwargs):
-        from .vllm_topk import TOPK_IDS_FIELD, TOPK_LOGPROBS_FIELD
-
-        chunks: list = []
-        token = _CHUNKS.set(chunks)
-        try:
-            output = await super().generate(request_id, **kwargs)
-        finally:
-            _CHUNKS.reset(token)
-        present = [c for c in chunks if c[0] is not None]
-        if not present:
-            return output
-        if len(present) != len(chunks) or sum(c[2] for c in chunks) != len(output.token_ids):
-            raise RuntimeError(
-                f"TROLL's bypass mode: the resumed chunks of request {request_id} carry top-K log-probs for "
-                f"{sum(c[0].shape[0] for c in present)} of {len(output.token_ids)} tokens; they cannot be aligned. "
-                "Another rollout client or server dropped TROLL's fields; use TROLL's trainer mode or set "
-                "algorithm.rollout_correction.bypass_mode=false."
-            )
-        output.extra_fields[TOPK_IDS_FIELD] = np.concatenate([c[0] for c in present])
-        output.extra_fields[TOPK_LOGPROBS_FIELD] = np.concatenate([c[1] for c in present])
-        return output
-
-
-# ---------------------------------------------------------------------------------------------------------------------
 # the trainer's old-log-prob step
 # ---------------------------------------------------------------------------------------------------------------------
 def put_old_topk_from_rollout(batch, settings: TrollConfig, *, topk: int, response_length: int) -> dict:
@@ -319,8 +257,6 @@ def put_old_topk_from_rollout(batch, settings: TrollConfig, *, topk: int, respon
         metrics: ``troll/rollout_tail_mass`` (mean mass outside the stored support, over real response tokens).
     """
     import transfer_queue as tq
-
-    from .vllm_topk import TOPK_IDS_FIELD, TOPK_LOGPROBS_FIELD
 
     fields = ["rollout_log_probs", "responses", "extra_fields"]
     data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=fields)
@@ -363,3 +299,4 @@ def _jagged(tensor: torch.Tensor) -> torch.Tensor:
     if tensor.is_nested:
         return tensor
     return torch.nested.as_nested_tensor(list(tensor.unbind(0)), layout=torch.jagged)
+

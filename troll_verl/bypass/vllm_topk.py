@@ -31,9 +31,14 @@ as verl does for its distillation teacher. The log-probs are vLLM's ``processed_
 distribution the actor's old pass computes when ``top_p=1``, ``top_k=-1`` and no penalties (the trainer refuses the
 rest).
 
-The replicas keep the rollout name ``vllm`` (every ``rollout.name == "vllm"`` branch of verl still applies):
-:class:`TopKvLLMReplica` on GPU platforms, :class:`TopKCPUvLLMReplica` on the CPU platform (with its weight refit,
-:mod:`troll_verl.platform.vllm_cpu`). Importing this module imports vLLM.
+verl's asynchronous trainers rebuild a rollout from resumed chunks in their client;
+:class:`TopKFullyAsyncLLMServerClient` keeps the top-K of every chunk. The servers and replicas built from
+:class:`TopKServerMixin` are in :mod:`troll_verl.bypass.vllm_replica` (which imports vLLM; this module does not).
+
+Two context variables carry per-request data where verl's code sits between TROLL's two halves and passes nothing
+on: :data:`_REQUEST_BOX` (server → engine client: the request asks for the top-K, and the log-probs come back) and
+:data:`_CHUNKS` (asynchronous client → the recorder under verl's resume loop). Each is set and reset around one call
+(try/finally), so concurrent requests never mix.
 """
 
 from __future__ import annotations
@@ -42,10 +47,8 @@ import contextvars
 import logging
 from typing import Any
 
-import ray
-from verl.workers.rollout.vllm_rollout.vllm_async_server import vLLMHttpServer, vLLMReplica
-
-from troll_verl.platform.vllm_cpu import CPUvLLMHttpServer, CPUvLLMReplica
+import numpy as np
+from verl.workers.rollout.llm_server import FullyAsyncLLMServerClient, LLMServerClient
 
 from .rollout_topk import topk_arrays_from_logprobs
 
@@ -58,10 +61,7 @@ __all__ = [
     "rollout_topk",
     "TopKEngineClient",
     "TopKServerMixin",
-    "TopKvLLMHttpServer",
-    "TopKCPUvLLMHttpServer",
-    "TopKvLLMReplica",
-    "TopKCPUvLLMReplica",
+    "TopKFullyAsyncLLMServerClient",
 ]
 
 # rollout.custom key holding K (set by TROLL's trainer in bypass mode; absent: the server behaves as verl's)
@@ -70,8 +70,12 @@ ROLLOUT_TOPK_KEY = "troll_topk"
 TOPK_IDS_FIELD = "troll_rollout_topk_ids"
 TOPK_LOGPROBS_FIELD = "troll_rollout_topk_logprobs"
 
-# Per request: the list the engine client appends the final output's sample log-probs to (None: not asked for).
+# Per request, between TopKServerMixin.generate (sets it) and TopKEngineClient.generate inside verl's server code:
+# the list the engine client appends the final output's sample log-probs to (None: not asked for).
 _REQUEST_BOX: contextvars.ContextVar[list | None] = contextvars.ContextVar("troll_topk_request", default=None)
+# Per client call, between TopKFullyAsyncLLMServerClient.generate (sets it) and _ChunkRecorder.generate inside verl's
+# resume loop: the list each resumed chunk's top-K is appended to (None: not inside such a call).
+_CHUNKS: contextvars.ContextVar[list | None] = contextvars.ContextVar("troll_topk_chunks", default=None)
 
 
 def rollout_topk(rollout_config: Any) -> int | None:
@@ -144,25 +148,48 @@ class TopKServerMixin:
         return output
 
 
-class TopKvLLMHttpServer(TopKServerMixin, vLLMHttpServer):
-    """verl's vLLM server with the top-K fields (GPU platforms)."""
+# ---------------------------------------------------------------------------------------------------------------------
+# the asynchronous trainers' client: verl's FullyAsyncLLMServerClient rebuilds its output from resumed chunks and
+# keeps only tokens, log-probs and routed experts; this keeps the top-K too.
+# ---------------------------------------------------------------------------------------------------------------------
+class _ChunkRecorder(LLMServerClient):
+    """verl's client, recording each server call's top-K for the enclosing :class:`TopKFullyAsyncLLMServerClient`."""
+
+    async def generate(self, request_id, **kwargs):
+        output = await super().generate(request_id, **kwargs)
+        chunks = _CHUNKS.get()
+        if chunks is not None:
+            fields = output.extra_fields
+            chunks.append((fields.get(TOPK_IDS_FIELD), fields.get(TOPK_LOGPROBS_FIELD), len(output.token_ids)))
+        return output
 
 
-class TopKCPUvLLMHttpServer(TopKServerMixin, CPUvLLMHttpServer):
-    """The CPU platform's vLLM server (layerwise weight refit) with the top-K fields."""
+class TopKFullyAsyncLLMServerClient(FullyAsyncLLMServerClient, _ChunkRecorder):
+    """verl's abort-and-resume client (``colocate_async``, ``separate_async``) keeping the rollout's top-K.
 
+    verl's ``FullyAsyncLLMServerClient.generate`` calls ``super().generate`` once per resumed chunk; with
+    :class:`_ChunkRecorder` next in the method resolution order, each of those calls records its chunk's top-K. Each
+    chunk's arrays cover only its new tokens, so they are concatenated in order, like the tokens. A partial rollout
+    that spans a weight update carries a top-K from mixed policies, exactly as ``rollout_log_probs``.
+    """
 
-class TopKvLLMReplica(vLLMReplica):
-    """verl's vLLM replica launching :class:`TopKvLLMHttpServer` (registered as rollout ``vllm`` in bypass mode)."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.server_class = ray.remote(TopKvLLMHttpServer)
-
-
-class TopKCPUvLLMReplica(CPUvLLMReplica):
-    """The CPU platform's vLLM replica launching :class:`TopKCPUvLLMHttpServer` (bypass mode on the CPU platform)."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.server_class = ray.remote(TopKCPUvLLMHttpServer)
+    async def generate(self, request_id, **kwargs):
+        chunks: list = []
+        token = _CHUNKS.set(chunks)
+        try:
+            output = await super().generate(request_id, **kwargs)
+        finally:
+            _CHUNKS.reset(token)
+        present = [c for c in chunks if c[0] is not None]
+        if not present:
+            return output
+        if len(present) != len(chunks) or sum(c[2] for c in chunks) != len(output.token_ids):
+            raise RuntimeError(
+                f"TROLL's bypass mode: the resumed chunks of request {request_id} carry top-K log-probs for "
+                f"{sum(c[0].shape[0] for c in present)} of {len(output.token_ids)} tokens; they cannot be aligned. "
+                "Another rollout client or server dropped TROLL's fields; use TROLL's trainer mode or set "
+                "algorithm.rollout_correction.bypass_mode=false."
+            )
+        output.extra_fields[TOPK_IDS_FIELD] = np.concatenate([c[0] for c in present])
+        output.extra_fields[TOPK_LOGPROBS_FIELD] = np.concatenate([c[1] for c in present])
+        return output

@@ -55,6 +55,8 @@ __all__ = [
     "TROLL_LOGITS_OUTPUT_KEYS",
     "TROLL_SPEC_FIELDS",
     "MAX_METRICS",
+    "LOSS_METRICS",
+    "with_aggregation",
 ]
 
 # Metrics that must be reduced with max (not mean) across micro-batches and ranks.
@@ -266,26 +268,24 @@ def compute_policy_loss_troll(
     )
     metrics["troll/solver_iters"] = float(iters)
     metrics.update(extra)
-    return loss, _with_aggregation(metrics, config.global_batch_info)
+    return loss, with_aggregation(metrics, _loss_aggregation(config.global_batch_info))
 
 
 def _masked_mean(values: torch.Tensor, mask: torch.Tensor) -> float:
     return float(verl_F.masked_mean(values.float(), mask)) if bool(mask.any()) else 0.0
 
 
-def _with_aggregation(metrics: dict[str, float], global_batch_info: dict) -> dict[str, Any]:
+def with_aggregation(metrics: dict[str, float], loss_aggregation: AggregationType) -> dict[str, Any]:
     """Wrap the metrics that do not average across micro-batches and ranks in a ``Metric`` naming how they combine.
 
-    The loss's parts follow verl's rule for ``actor/pg_loss``: normalised by the global batch (as ``agg_loss`` does
-    whenever any global batch information is set) they are partial sums, so they add up.
+    Args:
+        metrics: float metrics by key.
+        loss_aggregation: the aggregation of the loss's parts (:data:`LOSS_METRICS`), verl's for ``actor/pg_loss``.
+
+    Returns:
+        ``metrics`` with :data:`MAX_METRICS` as ``Metric(MAX)``, :data:`LOSS_METRICS` as ``Metric(loss_aggregation)``
+        and every other value unchanged (a float, which verl averages).
     """
-    global_norm = (
-        global_batch_info.get("dp_size", 1) > 1
-        or global_batch_info.get("batch_num_tokens") is not None
-        or global_batch_info.get("global_batch_size") is not None
-        or global_batch_info.get("loss_scale_factor") is not None
-    )
-    loss_aggregation = AggregationType.SUM if global_norm else AggregationType.MEAN
     out: dict[str, Any] = {}
     for key, value in metrics.items():
         if key in MAX_METRICS:
@@ -297,42 +297,45 @@ def _with_aggregation(metrics: dict[str, float], global_batch_info: dict) -> dic
     return out
 
 
+def _loss_aggregation(global_batch_info: dict) -> AggregationType:
+    """How the loss's parts combine: as verl's ``ppo_loss`` decides for ``actor/pg_loss``.
+
+    NOTE: a mirror of verl's rule (``workers/utils/losses.py``, declared in ``troll_verl.compat.MIRRORED_STATEMENTS``):
+    normalised by the global batch (as ``agg_loss`` does whenever any global batch information is set) the parts are
+    partial sums, so they add up. verl's ``ppo_loss`` hands a policy loss no such decision.
+    """
+    global_norm = (
+        global_batch_info.get("dp_size", 1) > 1
+        or global_batch_info.get("batch_num_tokens") is not None
+        or global_batch_info.get("global_batch_size") is not None
+        or global_batch_info.get("loss_scale_factor") is not None
+    )
+    return AggregationType.SUM if global_norm else AggregationType.MEAN
+
+
 @torch.no_grad()
 def _metrics(terms: TrollTokenTerms, mask, old_log_prob, kl_bound) -> dict[str, float]:
-    """Trust-region diagnostics over the tokens in ``mask``; verl-compatible keys included."""
-    if int(mask.sum()) == 0:
-        return {k: 0.0 for k in _METRIC_KEYS}
+    """Trust-region diagnostics over the tokens in ``mask`` (0.0 when it is empty); verl-compatible keys included."""
     projected = (terms.projected > 0) & mask
-    n_proj = projected.sum().clamp_min(1)
     kl_after = torch.where(mask, terms.kl_after, 0.0)
-    values = torch.stack([
-        verl_F.masked_mean(terms.kl_before, mask),
-        verl_F.masked_mean(terms.kl_after, mask),
-        kl_after.max(),
+    eta = torch.where(projected, terms.eta, 0.0)
+    stats = {
+        "troll/kl_before": verl_F.masked_mean(terms.kl_before, mask),
+        "troll/kl_after": verl_F.masked_mean(terms.kl_after, mask),
+        "troll/kl_after_max": kl_after.max(),
         # residual violation at the solver's limits (eta_max); 0 when every bound holds
-        (kl_after - kl_bound).clamp_min(0.0).max(),
-        verl_F.masked_mean(projected.float(), mask),
-        torch.where(projected, terms.eta, 0.0).sum() / n_proj,
-        torch.where(projected, terms.eta, 0.0).max(),
-        verl_F.masked_mean(terms.support_size, mask),
-        verl_F.masked_mean(terms.covered_mass, mask),
-        verl_F.masked_mean(torch.where(mask, old_log_prob - terms.log_prob, 0.0), mask),
-    ]).tolist()  # fmt: skip  # one device sync for all of them
+        "troll/bound_violation_max": (kl_after - kl_bound).clamp_min(0.0).max(),
+        "troll/projected_frac": verl_F.masked_mean(projected.float(), mask),
+        "troll/eta_mean": eta.sum() / projected.sum().clamp_min(1),
+        "troll/eta_max": eta.max(),
+        "troll/support_size": verl_F.masked_mean(terms.support_size, mask),
+        "troll/covered_mass": verl_F.masked_mean(terms.covered_mass, mask),
+        "actor/ppo_kl": verl_F.masked_mean(torch.where(mask, old_log_prob - terms.log_prob, 0.0), mask),
+    }
+    if int(mask.sum()) == 0:
+        metrics = dict.fromkeys(stats, 0.0)
+    else:
+        metrics = dict(zip(stats, torch.stack(list(stats.values())).tolist(), strict=True))  # one device sync
     # TROLL does not clip; actor/pg_clipfrac(_lower) are kept so existing dashboards keep their panels
-    return dict(zip(_METRIC_KEYS, [*values, 0.0, 0.0], strict=True))
-
-
-_METRIC_KEYS = (
-    "troll/kl_before",
-    "troll/kl_after",
-    "troll/kl_after_max",
-    "troll/bound_violation_max",
-    "troll/projected_frac",
-    "troll/eta_mean",
-    "troll/eta_max",
-    "troll/support_size",
-    "troll/covered_mass",
-    "actor/ppo_kl",
-    "actor/pg_clipfrac",
-    "actor/pg_clipfrac_lower",
-)
+    metrics["actor/pg_clipfrac"] = metrics["actor/pg_clipfrac_lower"] = 0.0
+    return metrics

@@ -26,8 +26,7 @@ distillation):
 (b) as the *final loss*, ``loss_fn(model_output=..., data=micro_batch, dp_group=...)`` → ``(loss, metrics)``.
 
 TROLL's worker (:mod:`troll_verl.integration.workers`) tags each call with ``troll_mode``, and :class:`TrollLossFn`
-runs the
-same hooks the seam would (:func:`~troll_verl.core.losses.troll_old_pass_fn`,
+runs the same hooks the seam would (:func:`~troll_verl.core.losses.troll_old_pass_fn`,
 :func:`~troll_verl.core.losses.troll_logits_fn`)::
 
     old-log-prob pass (troll_mode="old", forward only)
@@ -38,7 +37,8 @@ same hooks the seam would (:func:`~troll_verl.core.losses.troll_old_pass_fn`,
     update pass (troll_mode="update", distillation_only: verl skips its own log-prob/CE on these logits)
       logits ─(a)→ troll_logits_fn, per row (log_probs and TROLL's terms) ─→ verl: SP gather + nest
       model_output ─(b)→ verl's ppo_loss: entropy bonus, KL to the reference, global-batch aggregation, metrics;
-                         its call of loss "troll" reads TROLL's padded terms from this module (legacy_policy_loss)
+                         its call of loss "troll" reads TROLL's padded terms from this module (stock_policy_loss);
+                         the metrics' aggregations are restored by key once it returns
 """
 
 from __future__ import annotations
@@ -57,15 +57,18 @@ from verl.workers.utils.padding import no_padding_2_padding
 
 from troll_verl.core.layout import OLD_FIELDS, response_lengths, response_rows
 from troll_verl.core.losses import (
+    LOSS_METRICS,
+    MAX_METRICS,
     TROLL_LOGITS_OUTPUT_KEYS,
     compute_policy_loss_troll,
     troll_logits_fn,
     troll_old_pass_fn,
+    with_aggregation,
 )
 
 from .config import troll_settings
 
-__all__ = ["TrollLossFn", "TROLL_MODE_KEY", "legacy_policy_loss"]
+__all__ = ["TrollLossFn", "TROLL_MODE_KEY", "stock_policy_loss"]
 
 logger = logging.getLogger(__name__)
 
@@ -75,41 +78,43 @@ TROLL_MODE_KEY = "troll_mode"
 _HOOK_CARRIES_TRAILING_DIMS = frozenset({"megatron"})
 
 
-@dataclasses.dataclass
-class _UpdateCall:
-    """What the final call hands verl's ``ppo_loss`` → loss "troll" (padded terms), and what comes back (metrics)."""
-
-    logits_outputs: dict[str, torch.Tensor]
-    metrics: dict[str, Any] | None = None
-
-
 # NOTE: verl 0.9's ppo_loss calls a registered policy loss with the sampled tokens' log-probs and the config only
 # (workers/utils/losses.py: policy_loss_fn(old_log_prob=, log_prob=, advantages=, response_mask=, loss_agg_mode=,
-# config=, rollout_is_weights=)): no engine output reaches it, and the config is shared by every call. So the one
-# window where loss "troll" may run is TrollLossFn._update_loss's call of ppo_loss, which sets this variable before
-# and resets it after (try/finally): inside it, legacy_policy_loss reads that micro-batch's terms and leaves its
-# metrics; outside it, the variable is None and legacy_policy_loss refuses. A context variable, so concurrent calls
-# (threads, asyncio tasks) never see each other's terms. With verl's seam (upstream PR 1) none of this is used.
-_UPDATE_CALL: contextvars.ContextVar[_UpdateCall | None] = contextvars.ContextVar("troll_update_call", default=None)
+# config=, rollout_is_weights=)): no engine output reaches it, and the config is shared by every call. So TROLL's
+# padded per-token terms go in through one window, TrollLossFn._update_loss's call of ppo_loss, which sets this
+# variable before and resets it after (try/finally): inside it, stock_policy_loss reads that micro-batch's terms;
+# outside it, the variable is None and stock_policy_loss refuses. Nothing comes back through it: the metrics return
+# through ppo_loss's own return value. A context variable, so concurrent calls (threads, asyncio tasks) never see
+# each other's terms. With verl's seam (upstream PR 1) none of this is used.
+_STOCK_ROUTE_TERMS: contextvars.ContextVar[dict[str, torch.Tensor] | None] = contextvars.ContextVar(
+    "troll_stock_route_terms", default=None
+)
 # the old pass's K-wide rows, left on the micro-batch by the logits hook (a) for the final call (b): the engine passes
 # the same micro-batch object to both (FSDP: prepare_model_outputs, then the loss)
 _OLD_ROWS_KEY = "troll_old_rows"
 
 
-def legacy_policy_loss(
+def stock_policy_loss(
     old_log_prob, log_prob, advantages, response_mask, loss_agg_mode="token-mean", config=None,
     rollout_is_weights=None,
 ):  # fmt: skip
     """Loss "troll" as verl 0.9's ``ppo_loss`` calls it from :class:`TrollLossFn`'s final call.
 
-    verl 0.9's ``ppo_loss`` hands a policy loss no engine outputs and aggregates every metric by mean, so the padded
-    terms come from the final call (a context variable) and the metrics with other aggregations go back through it.
+    verl 0.9's ``ppo_loss`` hands a policy loss no engine outputs, so the padded terms come from the final call's
+    window (:data:`_STOCK_ROUTE_TERMS`). It wraps every metric the loss returns as a mean and refuses ``Metric``
+    values, so the metrics go back as floats; :class:`TrollLossFn` restores their aggregations by key once
+    ``ppo_loss`` has returned.
+
+    Args: as :func:`~troll_verl.core.losses.compute_policy_loss_troll`, all ``(bsz, T)``.
+
+    Returns:
+        ``(loss, metrics)``: the scalar loss and float metrics.
 
     Raises:
         ValueError: outside TROLL's update pass, naming the override that routes verl through TROLL's passes.
     """
-    call = _UPDATE_CALL.get()
-    if call is None:
+    terms = _STOCK_ROUTE_TERMS.get()
+    if terms is None:
         raise ValueError(
             "loss_mode=troll needs the sparse top-K distributions of both policies, which verl's generic policy-loss "
             "call (ppo_loss) does not provide on this verl. Run verl through TROLL's trainer: add "
@@ -118,9 +123,8 @@ def legacy_policy_loss(
         )
     loss, metrics = compute_policy_loss_troll(
         old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, config, rollout_is_weights,
-        logits_outputs=call.logits_outputs,
+        logits_outputs=terms,
     )  # fmt: skip
-    call.metrics = metrics
     return loss, {key: value.aggregate() if isinstance(value, Metric) else value for key, value in metrics.items()}
 
 
@@ -215,14 +219,16 @@ class TrollLossFn:
                 "logits hook. use_fused_kernels=True never materialises logits; set "
                 "actor_rollout_ref.model.use_fused_kernels=False."
             )
-        call = _UpdateCall({key: no_padding_2_padding(model_output[key], data) for key in TROLL_LOGITS_OUTPUT_KEYS})
-        token = _UPDATE_CALL.set(call)
+        terms = {key: no_padding_2_padding(model_output[key], data) for key in TROLL_LOGITS_OUTPUT_KEYS}
+        token = _STOCK_ROUTE_TERMS.set(terms)
         try:
             loss, metrics = ppo_loss(self.config, model_output, data, dp_group)
         finally:
-            _UPDATE_CALL.reset(token)
-        # verl 0.9's ppo_loss aggregated every policy-loss metric by mean: restore maxima and loss parts
-        metrics.update({key: value for key, value in (call.metrics or {}).items() if isinstance(value, Metric)})
+            _STOCK_ROUTE_TERMS.reset(token)
+        # verl 0.9's ppo_loss wrapped every policy-loss metric as a mean: the maxima become maxima again and the
+        # loss's parts take verl's own aggregation of the loss (actor/pg_loss)
+        retag = {key: metrics[key].aggregate() for key in MAX_METRICS | LOSS_METRICS if key in metrics}
+        metrics.update(with_aggregation(retag, metrics["actor/pg_loss"].aggregation))
         if self._mismatch_pending:
             self._mismatch_pending = False
             metrics.update(self._mismatch_metrics(metrics))

@@ -36,20 +36,23 @@ agent loop                  verl's agent-loop registry (``register``)  when verl
 ``seeded_single_turn_agent``                                          loads (the module registers itself)
 ==========================  ========================================  =====================================
 
-Every registration is in this module, but for the agent loop, which registers itself with verl's decorator
-when this module loads it (:mod:`troll_verl.rollout.agent_loop`). Each waits for its registry's module (a post-import hook: :func:`when_imported`)
-so that ``import verl`` stays cheap. NOTE: measured (docs/benchmarks.md, "Plugin import cost"): ``import verl`` takes
-4.1 s here, and importing the four registry modules eagerly adds 4.2 s to every process that imports verl (Ray's
-TaskRunner, workers, vLLM servers, agent-loop and reward workers), paid at every run's start-up; with the hooks each
-process pays only for the registries it uses. verl overwrites policy losses silently, so a name already taken by
-someone else is refused here.
+Every registration at start-up is in this module, but for the agent loop, which registers itself with verl's
+decorator when this module loads it (:mod:`troll_verl.rollout.agent_loop`); bypass mode's trainer also replaces
+rollout ``vllm`` in its own process when a run asks for it (:func:`troll_verl.bypass.mode.install_topk_rollout`).
+Each waits for its registry's module (a post-import hook: :func:`when_imported`) so that ``import verl`` stays
+cheap. NOTE: measured (docs/benchmarks.md, "Plugin import cost"): ``import verl`` takes 4.1 s here, and importing
+the four registry modules eagerly adds 4.2 s to every process that imports verl (Ray's TaskRunner, workers, vLLM
+servers, agent-loop and reward workers), paid at every run's start-up; with the hooks each process pays only for
+the registries it uses. verl overwrites policy losses silently, so a name already taken by someone else is refused
+here.
 
-**Two routes.** Where verl has the policy-loss logits seam (``core_algos.PolicyLossSpec``: upstream PR 1, see
-``upstream/``), loss ``troll`` is registered with its hooks (:func:`troll_verl.core.losses.troll_logits_fn`,
-:func:`troll_verl.core.losses.troll_old_pass_fn`) and verl's engines, workers, trainers and ``ppo_loss`` run TROLL
-unchanged (:func:`troll_verl.integration.seam.seam_available`). On verl 0.9 as released, TROLL's worker and trainer
-route the
-passes through verl's distillation logits hook instead (:mod:`troll_verl.integration.loss_fn`).
+**Two routes, chosen once, at registration.** Where verl has the policy-loss logits seam
+(``core_algos.PolicyLossSpec``: upstream PR 1, see ``upstream/``; :func:`troll_verl.integration.seam.seam_available`),
+loss ``troll`` is :func:`troll_policy_loss_seam`, registered with its hooks
+(:func:`troll_verl.core.losses.troll_logits_fn`, :func:`troll_verl.core.losses.troll_old_pass_fn`), and verl's
+engines, workers, trainers and ``ppo_loss`` run TROLL unchanged. On verl 0.9 as released it is
+:func:`troll_policy_loss_stock`, and TROLL's worker and trainer route the passes through verl's distillation logits
+hook instead (:mod:`troll_verl.integration.loss_fn`).
 """
 
 from __future__ import annotations
@@ -79,7 +82,8 @@ VLLM_ROLLOUT_NAME = "vllm"
 
 __all__ = [
     "register",
-    "troll_policy_loss",
+    "troll_policy_loss_seam",
+    "troll_policy_loss_stock",
     "POLICY_LOSS_NAME",
     "VLLM_ROLLOUT_NAME",
 ]
@@ -161,27 +165,34 @@ def _troll_config(config):
     return config
 
 
-def troll_policy_loss(
+def troll_policy_loss_seam(
     old_log_prob, log_prob, advantages, response_mask, loss_agg_mode="token-mean", config=None,
     rollout_is_weights=None, **kwargs,
 ):  # fmt: skip
-    """verl's ``PolicyLossFn`` entry for ``loss_mode=troll``: :func:`troll_verl.core.losses.compute_policy_loss_troll`.
+    """verl's ``PolicyLossFn`` for ``loss_mode=troll`` on a verl with the seam: verl's ``ppo_loss`` passes TROLL's terms
+    as ``logits_outputs`` to :func:`troll_verl.core.losses.compute_policy_loss_troll`.
 
-    (A thin forwarder, so that registering never imports the loss module while verl's registry module is still
-    loading.) Through the seam verl's ``ppo_loss`` passes TROLL's terms as ``logits_outputs``; without it they come
-    from TROLL's final loss call (:func:`troll_verl.integration.loss_fn.legacy_policy_loss`).
+    A lazy forwarder, so that registering never imports the loss module while verl's registry module is still
+    loading (and ``import verl`` stays cheap).
     """
-    if "logits_outputs" not in kwargs and "support" not in kwargs and not seam_available():
-        from .loss_fn import legacy_policy_loss
-
-        return legacy_policy_loss(
-            old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, config, rollout_is_weights
-        )
     from troll_verl.core.losses import compute_policy_loss_troll
 
     return compute_policy_loss_troll(
         old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, _troll_config(config), rollout_is_weights,
         **kwargs,
+    )
+
+
+def troll_policy_loss_stock(
+    old_log_prob, log_prob, advantages, response_mask, loss_agg_mode="token-mean", config=None,
+    rollout_is_weights=None,
+):  # fmt: skip
+    """verl's ``PolicyLossFn`` for ``loss_mode=troll`` on verl 0.9 as released (no seam): the terms come from TROLL's
+    final loss call, :func:`troll_verl.integration.loss_fn.stock_policy_loss` (a lazy forwarder, as the seam's)."""
+    from .loss_fn import stock_policy_loss
+
+    return stock_policy_loss(
+        old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, config, rollout_is_weights
     )
 
 
@@ -209,16 +220,19 @@ def troll_policy_loss_spec(core_algos):
 
 
 def _register_policy_loss(core_algos) -> None:
+    """Register loss ``troll`` for the route this verl offers, chosen once here: the seam's forwarder with its spec
+    where verl has the seam (:func:`troll_verl.integration.seam.seam_available`), else the stock route's."""
     existing = registered_policy_loss(POLICY_LOSS_NAME)
-    if existing is not None and existing is not troll_policy_loss:
+    if existing is not None and existing not in (troll_policy_loss_seam, troll_policy_loss_stock):
         raise RuntimeError(
             f"verl's policy-loss registry already has {POLICY_LOSS_NAME!r} ({existing.__module__}."
             f"{existing.__qualname__}); verl would silently overwrite it. Uninstall the other plugin."
         )
-    if hasattr(core_algos, "PolicyLossSpec"):
-        core_algos.register_policy_loss(POLICY_LOSS_NAME, spec=troll_policy_loss_spec(core_algos))(troll_policy_loss)
+    if seam_available():
+        spec = troll_policy_loss_spec(core_algos)
+        core_algos.register_policy_loss(POLICY_LOSS_NAME, spec=spec)(troll_policy_loss_seam)
     else:
-        core_algos.register_policy_loss(POLICY_LOSS_NAME)(troll_policy_loss)
+        core_algos.register_policy_loss(POLICY_LOSS_NAME)(troll_policy_loss_stock)
 
 
 _TRAINER_MODULE = "troll_verl.integration.trainer"
