@@ -1,0 +1,135 @@
+# Copyright 2026 The troll-verl authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""The backward pass of the sparse log-probs: ``∂L/∂z`` in one streaming read and write per row.
+
+For the support log-probs ``new_a = z_a − LSE(z)`` (``a ∈ S``) and the tail ``log Σ_{b∉S} π_b`` with upstream
+gradients ``g`` and ``g_t`` (derivation in ``troll_verl.core.sparse._SparseFromLogits``), ``π = softmax(z)``, ``π_t``
+the tail mass, ``g_t`` zero where the tail was clamped to the floor:
+
+    ∂L/∂z_b = π_b · coef  +  1[b ∈ S] · (g_b − π_b · g_t / π_t),      coef = g_t / π_t − Σ_S g − g_t.
+
+Every column gets ``exp(z_b − LSE) · coef`` computed in fp32 from the saved log-sum-exp and rounded once to the
+logits' dtype; then the support entries are overwritten with their exact value ``g_a − π_a · (Σ_S g + g_t)``
+(computed in fp32, rounded once): the ``g_t / π_t`` terms, large when the tail is small, cancel there exactly instead
+of in floating point, and the terms that cancel at a token of probability near 1 keep their precision. Rows of the
+logits that were not selected get zeros, written without reading the logits. Without a tail (``S = {o_t}``,
+``g_t = 0``) this is the clip objective's cross-entropy backward, ``g · (1[b = o_t] − π_b)``.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+__all__ = ["logits_grad"]
+
+_BLOCK_V = 2048
+_WARPS = 4
+_TINY = float(torch.finfo(torch.float32).tiny)
+
+
+@triton.jit
+def _grad_kernel(
+    z_ptr, stride_z, g_ptr, stride_g, sel_ptr, lse_ptr, ids_ptr, valid_ptr, gnew_ptr, newlp_ptr, gtail_ptr, tail_ptr,
+    V, C, log_floor, tiny,
+    HAS_ROWS: tl.constexpr, HAS_TAIL: tl.constexpr, C_P2: tl.constexpr, BLOCK_V: tl.constexpr,
+):  # fmt: skip
+    """One program per row of the gradient (= row of the logits); ``sel[row]`` is its selected index or −1."""
+    pid = tl.program_id(0)
+    pid64 = pid.to(tl.int64)
+    if HAS_ROWS:
+        i = tl.load(sel_ptr + pid)
+    else:
+        i = pid
+    selected = i >= 0
+    i64 = tl.maximum(i, 0).to(tl.int64)
+    # an unselected row reads nothing (its widths are 0), so its coefficient is 0 and it gets zeros
+    # NOTE: widths, not ``selected & mask``: Triton's interpreter turns a scalar bool & a vector bool into int32
+    c_sel = tl.where(selected, C, 0)
+    v_sel = tl.where(selected, V, 0)
+    lse = tl.load(lse_ptr + i64, mask=selected, other=0.0)
+    c = tl.arange(0, C_P2)
+    valid = tl.load(valid_ptr + i64 * C + c, mask=c < c_sel, other=0) != 0
+    g = tl.load(gnew_ptr + i64 * C + c, mask=valid, other=0.0).to(tl.float32)
+    lp = tl.load(newlp_ptr + i64 * C + c, mask=valid, other=0.0)
+    if HAS_TAIL:
+        g_tail = tl.load(gtail_ptr + i64, mask=selected, other=0.0).to(tl.float32)
+        tail = tl.load(tail_ptr + i64, mask=selected, other=0.0)
+        g_tail = tl.where(tail > log_floor, g_tail, 0.0)  # the floor clamp has no gradient
+        g_over_tail = tl.where(g_tail != 0, g_tail / tl.maximum(tl.exp(tail), tiny), 0.0)
+    else:
+        g_tail = 0.0
+        g_over_tail = 0.0
+    g_sum = tl.sum(g, axis=0) + g_tail
+    coef = g_over_tail - g_sum
+    z_row = z_ptr + pid64 * stride_z
+    g_row = g_ptr + pid64 * stride_g
+    for v0 in range(0, V, BLOCK_V):
+        col = v0 + tl.arange(0, BLOCK_V)
+        x = tl.load(z_row + col, mask=col < v_sel, other=0.0).to(tl.float32)
+        tl.store(g_row + col, tl.exp(x - lse) * coef, mask=col < V)
+    tl.debug_barrier()  # the support entries below overwrite this program's dense values
+    # π_a·coef + g_a − π_a·g_t/π_t with the g_t/π_t terms cancelled exactly (they are large when the tail is small)
+    exact = g - tl.exp(lp) * g_sum
+    ids = tl.load(ids_ptr + i64 * C + c, mask=valid, other=0)
+    tl.store(g_row + ids, exact, mask=valid)
+
+
+def selected_index(rows: torch.Tensor | None, n_all: int) -> torch.Tensor | None:
+    """``(N_all,)`` int32: the position of each logits row in ``rows``, −1 where it is not selected (None: all)."""
+    if rows is None:
+        return None
+    sel = torch.full((n_all,), -1, dtype=torch.int32, device=rows.device)
+    return sel.index_copy_(0, rows, torch.arange(rows.shape[0], dtype=torch.int32, device=rows.device))
+
+
+def logits_grad(
+    logits: torch.Tensor,
+    rows: torch.Tensor | None,
+    lse: torch.Tensor,
+    ids: torch.Tensor,
+    valid: torch.Tensor,
+    g_new: torch.Tensor,
+    new_lp: torch.Tensor,
+    g_tail: torch.Tensor | None = None,
+    tail_raw: torch.Tensor | None = None,
+    log_floor: float = 0.0,
+) -> torch.Tensor:
+    """``∂L/∂logits`` (module docstring), a new ``(N_all, V)`` tensor in the logits' dtype.
+
+    Args:
+        logits: ``(N_all, V)`` fp32/bf16/fp16, last dim contiguous. rows: optional ``(N,)`` int64 selected rows
+            (distinct); the others get zero gradient.
+        lse: ``(N,)`` fp32 log-sum-exp of the selected rows. ids: ``(N, C)`` int support ids. valid: ``(N, C)``
+            bool. g_new: ``(N, C)`` upstream gradient of the support log-probs. new_lp: ``(N, C)`` fp32 log-probs.
+        g_tail, tail_raw: ``(N,)`` upstream gradient of the tail and the unclamped tail (both or neither).
+        log_floor: the tail's clamp.
+    """
+    n_all, vocab = logits.shape
+    grad = torch.empty((n_all, vocab), dtype=logits.dtype, device=logits.device)
+    if n_all == 0:
+        return grad
+    C = ids.shape[1]
+    sel = selected_index(rows, n_all)  # contiguous, as every tensor handed to the kernel
+    has_tail = g_tail is not None
+    _grad_kernel[(n_all,)](
+        logits, logits.stride(0), grad, grad.stride(0), lse if sel is None else sel, lse.contiguous(), ids.contiguous(),
+        valid.contiguous().view(torch.uint8), g_new.contiguous(), new_lp.contiguous(),
+        g_tail.contiguous() if has_tail else lse, tail_raw.contiguous() if has_tail else lse, vocab, C, log_floor,
+        _TINY,
+        HAS_ROWS=sel is not None, HAS_TAIL=has_tail, C_P2=triton.next_power_of_2(max(C, 1)), BLOCK_V=_BLOCK_V,
+        num_warps=_WARPS,
+    )  # fmt: skip
+    return grad
