@@ -30,7 +30,9 @@ def prepare(config: DictConfig) -> DictConfig:
     """Validate a composed config as verl's ``main_ppo`` does, plus TROLL's checks and the Ray resource guard.
 
     Runs before Ray starts; may fill ``ray_kwargs.ray_init.num_cpus``/``num_gpus`` (see
-    :mod:`troll_verl.platform.resources`).
+    :mod:`troll_verl.platform.resources`). TROLL's start-up checks refuse, naming the node and the fix, a run whose
+    processes would not load troll-verl's plugin and a model whose attention implementation cannot load (in a dry
+    run, a package missing on this machine is only reported: the run is meant for others).
     """
     import verl  # noqa: F401  (loads the plugin)
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
@@ -38,17 +40,26 @@ def prepare(config: DictConfig) -> DictConfig:
     from verl.utils.device import auto_set_device
 
     from troll_verl.compat import check_verl_version
-    from troll_verl.integration.config import troll_loss_enabled, validate_troll_config
+    from troll_verl.integration.config import (
+        check_attention,
+        check_plugin_active,
+        troll_loss_enabled,
+        validate_troll_config,
+    )
     from troll_verl.integration.plugin import register
     from troll_verl.platform.resources import apply_ray_resources, check_cpu_settings
+    from troll_verl.tools.dry_run import dry_run_requested
 
     check_verl_version()
+    # before register(), which makes this process whole whatever verl loaded: the run's other processes have only verl
+    check_plugin_active(config)
     register()
     auto_set_device(config)
     validate_config(config=config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
     if troll_loss_enabled(config):
         validate_troll_config(config)
     check_cpu_settings(config)
+    check_attention(config, local=not dry_run_requested())
     apply_ray_resources(config)
     return config
 

@@ -28,8 +28,9 @@ all inert unless the trainer asks for them:
   log-prob on those logits (``distillation_only``: nothing else reads or overwrites the saved logits); with
   ``troll_old_from_rollout`` (bypass mode) the step's first micro-batch also reports ``troll/mismatch_kl``.
 
-Every worker class here also initialises a ``gloo`` process group first on the CPU platform (see
-:func:`troll_verl.platform.cpu.init_cpu_process_group`).
+Every worker class here first runs TROLL's start-up checks in its own process (the plugin is active on this node,
+the model's attention can load here: :func:`troll_verl.integration.config.check_worker_start`) and initialises a
+``gloo`` process group on the CPU platform (see :func:`troll_verl.platform.cpu.init_cpu_process_group`).
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from verl.workers.engine_workers import ActorRolloutRefWorker, TrainingWorker
 
 from troll_verl.platform.cpu import detach_cpu_copy, init_cpu_process_group
 
+from .config import check_training_worker_start, check_worker_start
 from .loss_fn import TROLL_MODE_KEY, TrollLossFn
 from .seam import seam_available
 
@@ -77,6 +79,7 @@ class TrollTrainingWorker(TrainingWorker):
     """verl's ``TrainingWorker`` (critic, standalone actor); on the CPU platform it creates a gloo group first."""
 
     def __init__(self, config):
+        check_training_worker_start(config)
         init_cpu_process_group()
         super().__init__(config)
 
@@ -85,6 +88,7 @@ class TrollActorWorkerMixin:
     """TROLL's pass flags on a verl actor worker (see the module docstring); put it first in the bases."""
 
     def __init__(self, config, role: str, distillation_config=None, **kwargs):
+        check_worker_start(config, role)
         init_cpu_process_group()
         super().__init__(config, role, distillation_config=distillation_config, **kwargs)
         self.troll_loss_fn: TrollLossFn | None = None
