@@ -17,11 +17,13 @@
 # this file only adds what depends on the matrix cell (VARIANT x DATASET x LOSS_MODE) and the infrastructure.
 #
 # Expects: recipe_dir (this directory), model_tag (short model name for the experiment name), default_model_path (the
-#          script's model when MODEL_PATH is empty) and, for a script without a CPU mode, cpu_refusal (why).
-# Defines: RECIPE (config dir + recipe config), DATA, ALGORITHM, POLICY_LOSS, CRITIC, REWARD, TRAINER_COMMON, CPU_MODE
-#          (the CPU mode's overrides, empty without CPU=1; the scripts pass it after their own arrays), LAUNCH (the
-#          interpreter, or the recorder with DRY_RUN_RECORD), and lowercase derived values: max_prompt_length,
-#          max_response_length, use_critic (1 for VARIANT=ppo), cpu (1 with CPU=1), model_path, experiment.
+#          script's model when MODEL_PATH is empty) and, for a script without a CPU mode, cpu_refusal (why), and for one
+#          whose engine does not take ATTN_IMPLEMENTATION, attention_refusal (why).
+# Defines: RECIPE (config dir + recipe config), DATA, ALGORITHM, POLICY_LOSS, CRITIC, REWARD, TRAINER_COMMON, ATTENTION
+#          (the actor's attention override, empty unless ATTN_IMPLEMENTATION is set), CPU_MODE (the CPU mode's
+#          overrides, empty without CPU=1; the scripts pass it after their own arrays), LAUNCH (the interpreter, or the
+#          recorder with DRY_RUN_RECORD), and lowercase derived values: max_prompt_length, max_response_length,
+#          use_critic (1 for VARIANT=ppo), cpu (1 with CPU=1), model_path, experiment.
 
 # shellcheck shell=bash
 # shellcheck disable=SC2034  # the arrays and values below are used by the run scripts that source this file
@@ -55,6 +57,12 @@ MAX_RESPONSE_LENGTH=${MAX_RESPONSE_LENGTH:-}
 SANDBOX_FUSION_URL=${SANDBOX_FUSION_URL:-}
 # Critic learning rate, VARIANT=ppo only (verl's default; the paper's critic settings are not published).
 CRITIC_LR=${CRITIC_LR:-1e-5}
+# Attention of the actor and the reference (the FSDP scripts; verl's FSDP engine loads them through transformers):
+# empty = verl's default, flash_attention_2, which needs flash-attn (troll-verl's gpu extra installs it,
+# docs/install.md); sdpa = PyTorch's attention, no extra package (keep SP_SIZE=1: verl's Ulysses patch wraps flash
+# attention only); eager. VARIANT=ppo's critic loads with flash_attention_2 in verl 0.9.1 whatever this says. CPU=1
+# sets sdpa itself.
+ATTN_IMPLEMENTATION=${ATTN_IMPLEMENTATION:-}
 # Run name (wandb, checkpoint directory); empty = <model>-<dataset>-<variant>-<loss mode>[-clip<GSPO_CLIP>].
 EXPERIMENT=${EXPERIMENT:-}
 # 1 = dry run: the same command with TROLL_DRY_RUN=1, which composes and validates the config and prints a summary
@@ -78,6 +86,16 @@ case "${CPU}" in
 esac
 if ((cpu)) && [[ -n "${cpu_refusal:-}" ]]; then
     _troll_die "CPU=1: ${cpu_refusal}"
+fi
+case "${ATTN_IMPLEMENTATION}" in
+    "" | flash_attention_2 | sdpa | eager) ;;
+    *) _troll_die "ATTN_IMPLEMENTATION=${ATTN_IMPLEMENTATION} is not one of flash_attention_2|sdpa|eager" ;;
+esac
+if [[ -n "${ATTN_IMPLEMENTATION}" && -n "${attention_refusal:-}" ]]; then
+    _troll_die "ATTN_IMPLEMENTATION=${ATTN_IMPLEMENTATION}: ${attention_refusal}"
+fi
+if ((cpu)) && [[ -n "${ATTN_IMPLEMENTATION}" && "${ATTN_IMPLEMENTATION}" != sdpa ]]; then
+    _troll_die "ATTN_IMPLEMENTATION=${ATTN_IMPLEMENTATION}: CPU=1 runs with sdpa (flash attention needs a GPU)"
 fi
 
 case "${DATASET}" in
@@ -241,6 +259,13 @@ fi
 TRAINER_COMMON=(
     "trainer.experiment_name='${experiment}'"
 )
+
+# the actor's (and reference's) attention; verl's yaml has no override_config keys, hence the '+'. CPU=1 sets sdpa in
+# CPU_MODE instead.
+ATTENTION=()
+if [[ -n "${ATTN_IMPLEMENTATION}" ]] && ! ((cpu)); then
+    ATTENTION=("+actor_rollout_ref.model.override_config.attn_implementation=${ATTN_IMPLEMENTATION}")
+fi
 
 # CPU mode (README "CPU mode"): the scripts pass this array after their own, so it overrides them; "$@" still comes
 # last. Empty without CPU=1.

@@ -91,6 +91,7 @@ TRAINER=(
     "${DATA[@]}" \
     "${ALGORITHM[@]}" \
     "${MODEL[@]}" \
+    "${ATTENTION[@]}" \
     "${ACTOR[@]}" \
     "${POLICY_LOSS[@]}" \
     "${ROLLOUT[@]}" \

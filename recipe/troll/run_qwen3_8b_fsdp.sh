@@ -49,6 +49,11 @@ default_model_path=Qwen/Qwen3-8B
 # shellcheck source=common.sh source-path=SCRIPTDIR
 source "${recipe_dir}/common.sh"
 
+if [[ "${SP_SIZE}" != 1 && -n "${ATTN_IMPLEMENTATION}" && "${ATTN_IMPLEMENTATION}" != flash_attention_2 ]]; then
+    _troll_die "SP_SIZE=${SP_SIZE} with ATTN_IMPLEMENTATION=${ATTN_IMPLEMENTATION}: verl's Ulysses sequence" \
+        "parallelism wraps flash attention only; set SP_SIZE=1 or use flash_attention_2"
+fi
+
 ########################### derived defaults ###########################
 ppo_max_token_len_per_gpu=${PPO_MAX_TOKEN_LEN_PER_GPU:-$((2 * (max_prompt_length + max_response_length)))}
 offload=False
@@ -96,6 +101,7 @@ TRAINER=(
     "${DATA[@]}" \
     "${ALGORITHM[@]}" \
     "${MODEL[@]}" \
+    "${ATTENTION[@]}" \
     "${ACTOR[@]}" \
     "${POLICY_LOSS[@]}" \
     "${ROLLOUT[@]}" \

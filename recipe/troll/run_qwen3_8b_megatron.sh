@@ -54,6 +54,8 @@ model_tag=qwen3_8b_megatron
 default_model_path=Qwen/Qwen3-8B
 # Megatron-Core trains on GPUs only (troll-verl's CPU platform runs verl's FSDP2 engine)
 cpu_refusal="Megatron-Core needs GPUs; run the cell with run_qwen3_0.6b_fsdp.sh (or run_qwen3_8b_fsdp.sh)"
+# verl's Megatron engine builds attention with Megatron-Core, not transformers' attn_implementation
+attention_refusal="verl's Megatron engine builds attention with Megatron-Core; the knob is the FSDP scripts'"
 # shellcheck source=common.sh source-path=SCRIPTDIR
 source "${recipe_dir}/common.sh"
 
