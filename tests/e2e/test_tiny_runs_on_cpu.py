@@ -105,9 +105,15 @@ def sync(assets, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def sync_resumed(assets, sync, tmp_path_factory):
-    """The quickstart CLI with the clip baseline, resumed from ``sync``'s step-2 checkpoint (the same batches)."""
+    """The quickstart CLI with the clip baseline, resumed from ``sync``'s step-2 checkpoint (the same batches), with a
+    fake ``nvidia-smi`` first on PATH: the CPU demo runs as on a machine without one (tests/tools/test_install_on_cpu.py
+    checks the venv's decisions and the platform selection under it)."""
     out_dir = tmp_path_factory.mktemp("sync_resumed")
-    env = {**os.environ, "TROLL_VERL_CACHE": os.path.dirname(assets.root), **TAG.env}
+    fake_gpu = tmp_path_factory.mktemp("fake_gpu_bin")
+    (fake_gpu / "nvidia-smi").write_text("#!/bin/sh\necho 'NVIDIA-SMI (fake: a GPU machine, as the scripts see one)'\n")
+    (fake_gpu / "nvidia-smi").chmod(0o755)
+    env = {**os.environ, "TROLL_VERL_CACHE": os.path.dirname(assets.root), **TAG.env,
+           "PATH": f"{fake_gpu}{os.pathsep}{os.environ['PATH']}"}  # fmt: skip
     saved = os.path.join(sync.dir, "checkpoints", "global_step_2")
     # the sync run's batch and schedule (the CLI's own defaults are the tiny model's 16 x 8)
     schedule = ["data.train_batch_size=8", "actor_rollout_ref.rollout.n=4", "actor_rollout_ref.actor.optim.lr=1e-2",
