@@ -20,7 +20,7 @@ On the model's own sampled answers to its task (:mod:`troll_verl.assets.smollm2`
 2. **Sparse KL against the full-vocabulary KL**, after ``--updates`` Adam steps (lr ``--lr``) of a REINFORCE
    objective with group-centred task rewards on the same answers (a stand-in for TROLL's real updates; the KL is
    per token between the policy before and after). For each old-side estimate (``floor``: the paper's 1e-12,
-   ``upper``, ``proportional``; :func:`troll_verl.core.sparse.old_side_estimate`): the median ratio sparse / full,
+   ``upper``, ``proportional``; :func:`troll_verl.core.old_estimate.old_side_estimate`): the median ratio sparse / full,
    the share of tokens projected (sparse KL > ε), projected *only because of the estimate* (sparse > ε ≥ full)
    and missed (full > ε ≥ sparse).
 
@@ -40,8 +40,9 @@ import torch
 
 from troll_verl.assets.smollm2 import build_smollm2
 from troll_verl.assets.smollm2.task import DATA_SOURCE, ArithmeticTask, compute_score, prompt_text
+from troll_verl.core.options import OLD_ESTIMATES
 from troll_verl.core.projection import project
-from troll_verl.core.sparse import OLD_ESTIMATES, old_topk_from_logits, troll_sparse_from_logits
+from troll_verl.core.sparse import old_topk_from_logits, troll_sparse_from_logits
 
 
 def sample_answers(model, tokenizer, pairs, temperature: float, max_new_tokens: int, seed: int):

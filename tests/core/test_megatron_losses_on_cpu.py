@@ -53,17 +53,18 @@ def _single_rank():
 def _tp_rank(rank, world):
     import torch.distributed as dist
 
-    from troll_verl.core.megatron.losses import vocab_parallel_old_topk, vocab_parallel_sparse_from_logits
+    from troll_verl.core.megatron.losses import VocabParallelStatistics
+    from troll_verl.core.sparse import old_topk_from_logits, troll_sparse_from_logits
 
-    group = dist.new_group(list(range(world)))
+    stats = VocabParallelStatistics(dist.new_group(list(range(world))))
     z_old, z, sampled, old_sampled, rows, probe = _inputs()
     vp = V // world
     shard = slice(rank * vp, (rank + 1) * vp)
-    old = vocab_parallel_old_topk(z_old[:, shard], group=group, topk=K, mass_delta=DELTA, value_dtype=torch.float64)
+    old = old_topk_from_logits(z_old[:, shard], topk=K, mass_delta=DELTA, value_dtype=torch.float64, statistics=stats)
     z_local = z[:, shard].clone().requires_grad_(True)
     sub_old = type(old)(*(t[rows] for t in old))
-    sup = vocab_parallel_sparse_from_logits(
-        z_local, sampled[rows], sub_old, old_sampled[rows], group=group, topk=K, mass_delta=DELTA, rows=rows
+    sup = troll_sparse_from_logits(
+        z_local, sampled[rows], sub_old, old_sampled[rows], topk=K, mass_delta=DELTA, rows=rows, statistics=stats
     )
     width = sup.new_logprobs.shape[1]
     (sup.new_logprobs.masked_fill(~sup.mask, 0) * probe[:, :width]).sum().backward()

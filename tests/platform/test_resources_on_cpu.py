@@ -50,10 +50,19 @@ def test_demand_counts_what_verl_reserves():
     assert ray_demand(with_rm).gpus == 2
 
 
-def test_guard_fills_unset_resources_on_the_cpu_platform():
+def test_demand_reads_verls_bundle_size(monkeypatch):
+    """The CPUs of each worker's bundle are verl's ResourcePoolManager.max_colocate_count, read at call time."""
+    monkeypatch.setattr(ResourcePoolManager, "max_colocate_count", 7)
+    assert ray_demand(compose_config("m", *_CPU_RUN)).breakdown["trainer_worker_bundles"] == 7
+
+
+@pytest.mark.parametrize("cores, num_cpus", [(2, 5), (64, 64)])
+def test_guard_fills_unset_resources_on_the_cpu_platform(monkeypatch, cores, num_cpus):
+    """Unset, the logical CPUs become verl's demand (5 here) on a small machine and the cores on a large one."""
+    monkeypatch.setattr("os.cpu_count", lambda: cores)
     config = compose_config("m", *_CPU_RUN)
     apply_ray_resources(config)
-    assert config.ray_kwargs.ray_init.num_cpus == max(5, __import__("os").cpu_count())
+    assert config.ray_kwargs.ray_init.num_cpus == num_cpus
     assert config.ray_kwargs.ray_init.num_gpus == 1
     assert config.ray_kwargs.ray_init.runtime_env.env_vars.VERL_PLATFORM == "cpu"
 

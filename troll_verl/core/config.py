@@ -24,7 +24,7 @@ from typing import Any, ClassVar
 import torch
 from verl.base_config import BaseConfig
 
-from .sparse import OLD_ESTIMATES
+from .options import OLD_ESTIMATES, RATIO_LEVELS, SOLVERS, TAILS
 
 __all__ = ["TrollConfig", "VALUE_DTYPES"]
 
@@ -91,9 +91,9 @@ class TrollConfig(BaseConfig):
             if not _is_number(value) or not (0.0 < value < 1.0):
                 raise ValueError(f"{prefix}.{name} must lie in (0, 1) (the paper uses {paper}), got {value!r}.")
         self._choice("old_estimate", OLD_ESTIMATES)
-        self._choice("tail", ("bucket", "renormalize"))
-        self._choice("ratio_level", ("token", "sequence"))
-        self._choice("solver", ("newton", "bisection"))
+        self._choice("tail", TAILS)
+        self._choice("ratio_level", RATIO_LEVELS)
+        self._choice("solver", SOLVERS)
         self._choice("old_value_dtype", tuple(VALUE_DTYPES))
         self._positive_float("seq_log_ratio_cap", "the reference uses 10")
         self._positive_float("eta_max", "default 1e6")

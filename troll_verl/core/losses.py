@@ -28,11 +28,13 @@ hooks inside the engine's forward pass (verl's policy-loss logits hook, ``Policy
       logits ─ troll_logits_fn ─→ union support ─→ projection ─→ per-token terms per row (TROLL_LOGITS_OUTPUT_KEYS)
              ─→ verl: SP/CP gather, nest, pad ─→ compute_policy_loss_troll ─→ verl's ppo_loss: entropy, KL to ref
 
-The backend functions (``fsdp/losses.py``, ``megatron/losses.py``) share one signature and are picked by
-``config.strategy``. TROLL's settings are ``config.policy_loss.troll`` (:class:`TrollConfig`).
+The backend functions (``fsdp/losses.py``, ``megatron/losses.py``) share one signature (:class:`TrollBackend`) and
+are picked by ``config.strategy`` (:data:`BACKENDS`). TROLL's settings are ``config.policy_loss.troll``
+(:class:`TrollConfig`).
 """
 
-from typing import Any
+import importlib
+from typing import Any, Protocol
 
 import torch
 from tensordict import TensorDict
@@ -52,6 +54,8 @@ __all__ = [
     "troll_logits_fn",
     "troll_old_pass_fn",
     "troll_backend",
+    "TrollBackend",
+    "BACKENDS",
     "TROLL_LOGITS_OUTPUT_KEYS",
     "TROLL_SPEC_FIELDS",
     "MAX_METRICS",
@@ -124,19 +128,48 @@ def troll_policy_objective(
 # ------------------------------------------------------------------------------------------------------------
 # the engine hooks (verl's PolicyLossSpec): called with the logits of one micro-batch inside the forward pass
 # ------------------------------------------------------------------------------------------------------------
-def troll_backend(strategy: str):
-    """The backend module with ``compute_troll_old_topk`` / ``compute_troll_token_terms`` for an actor strategy."""
-    match strategy:
-        case "fsdp" | "fsdp2":
-            from .fsdp import losses
-        case "megatron":
-            from .megatron import losses
-        case _:
-            raise NotImplementedError(
-                f"TROLL supports actor strategies fsdp, fsdp2 and megatron, got {strategy!r}; "
-                "set actor_rollout_ref.actor.strategy=fsdp2."
-            )
-    return losses
+class TrollBackend(Protocol):
+    """What a backend module provides (``fsdp/losses.py``, ``megatron/losses.py``): the two engine functions, with one
+    signature, and the one engine fact the stock-verl route needs.
+
+    Attributes:
+        STOCK_ENGINE_KEEPS_ROWS: whether verl 0.9's engine for this backend keeps per-row logits-hook outputs with
+            trailing dims (``(1, L, K)``). A backend whose engine does not also provides
+            ``stock_engine_old_rows(old, data) -> dict``: the micro-batch's old top-K rows over its whole packed
+            sequence from this rank's hook outputs, which then travel beside the hook
+            (:mod:`troll_verl.integration.loss_fn`; FSDP's gathers them across its sequence-parallel ranks).
+    """
+
+    STOCK_ENGINE_KEEPS_ROWS: bool
+
+    def compute_troll_old_topk(
+        self, student_logits: torch.Tensor, data: TensorDict, cfg: Any, data_format: str = "thd"
+    ) -> dict[str, torch.Tensor]:
+        """The old-log-prob pass's hook: the old policy's top-K per logits row (:func:`troll_old_pass_fn`)."""
+
+    def compute_troll_token_terms(
+        self, student_logits: torch.Tensor, data: TensorDict, cfg: Any, data_format: str = "thd"
+    ) -> dict[str, torch.Tensor]:
+        """The update pass's hook: TROLL's per-token terms per logits row (:func:`troll_logits_fn`)."""
+
+
+# Actor strategy -> the folder of its backend (a TrollBackend module, ``<folder>/losses.py``, imported on first use):
+# the one list of the strategies TROLL supports.
+BACKENDS = {"fsdp": "fsdp", "fsdp2": "fsdp", "megatron": "megatron"}
+
+
+def troll_backend(strategy: str) -> TrollBackend:
+    """The backend module for an actor strategy (:data:`BACKENDS`).
+
+    Raises:
+        NotImplementedError: for a strategy TROLL has no backend for, naming the supported ones.
+    """
+    if strategy not in BACKENDS:
+        raise NotImplementedError(
+            f"TROLL supports actor strategies {', '.join(BACKENDS)}, got {strategy!r}; "
+            "set actor_rollout_ref.actor.strategy=fsdp2."
+        )
+    return importlib.import_module(f".{BACKENDS[strategy]}.losses", __package__)
 
 
 def troll_logits_fn(

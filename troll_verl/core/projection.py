@@ -42,9 +42,10 @@ from typing import NamedTuple
 import torch
 from torch.autograd.function import once_differentiable
 
+from .options import SOLVERS
+
 __all__ = ["ProjectionResult", "project", "compute_dtype", "full_precision", "SOLVERS"]
 
-SOLVERS = ("newton", "bisection")
 
 # Safety margin on the bound: the solver aims at ε·(1 − margin) − _MARGIN_ULPS·M·eps(dtype) per row, M the
 # largest |log-prob| on the row's support, so that the KL recomputed from the returned (rounded) log-probs
@@ -367,7 +368,7 @@ class _KLProjection(torch.autograd.Function):
         lo, s, kl_before, valid, row_ok = _prepare(new, old, mask)
         cdt = lo.dtype
         # NOTE: inside/outside is decided against the solver's own target (ε less its margins), so that "the bound
-        # holds on every token" is true of the returned values, not only of their rounded KL (review finding 3).
+        # holds on every token" is true of the returned values, not only of their rounded KL.
         target_all = _row_target(kl_bound, lo, s)
         projected = row_ok & (kl_before > target_all)
         idx = projected.nonzero().squeeze(1)

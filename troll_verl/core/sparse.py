@@ -25,7 +25,7 @@ Floor and tail treatment (our decision, documented in ``docs/troll.md``):
 - The old policy is known only on its stored top-K and at the sampled token (verl's ``old_log_probs``). A token
   that only the current policy brought into S takes, on the old side, the paper's floor probability (default
   1e-12, ``old_estimate="floor"``) or an estimate from what the old pass did store (``"upper"``,
-  ``"proportional"``; :func:`old_side_estimate` derives them).
+  ``"proportional"``; :func:`~troll_verl.core.old_estimate.old_side_estimate` derives them).
 - NOTE: the paper drops the tail. Here the tail is an explicit category on both sides: ``log(1 − Σ_S π)``,
   computed exactly from the logits (float64 accumulation) and **differentiable** for the current policy. So
   KL(π̃ ‖ π_old) and the regression term KL(π̃ ‖ sg π) see mass that leaks out of S, and the gradient pulls it
@@ -43,10 +43,14 @@ gathers; it saves only the logits tensor it was given (no log-softmax copy) plus
 backward pass writes ``∂L/∂z = softmax(z) · c_row + sparse corrections`` chunk by chunk straight into the
 gradient buffer.
 
-NOTE: there is no fused-LM-head variant (hidden states and head weight in, logits never materialised). One existed
-and saved memory at long micro-batches, but verl 0.9.1's ``use_fused_kernels`` path hands a loss no hidden states
-without patching the model's forward, and smaller micro-batches save the same memory at no extra time on the lean
-path (``docs/benchmarks.md``, review finding 6).
+Vocabulary layouts: every chunk loop here takes the per-chunk statistics as a parameter (:class:`ChunkStatistics`).
+The default holds the whole vocabulary on this rank; a backend that shards the vocabulary (Megatron's tensor
+parallelism, :mod:`troll_verl.core.megatron.losses`) passes its own, and the streaming, the union, the tail and the
+backward pass stay this module's.
+
+NOTE: there is no fused-LM-head variant (hidden states and head weight in, logits never materialised): verl 0.9.1's
+``use_fused_kernels`` path hands a loss no hidden states without patching the model's forward, and smaller
+micro-batches save the same memory at no extra time on the lean path (``docs/benchmarks.md``).
 """
 
 from __future__ import annotations
@@ -57,33 +61,27 @@ from typing import NamedTuple
 import torch
 from torch.autograd.function import once_differentiable
 
+from .old_estimate import old_side_estimate
+from .options import check_old_estimate
 from .projection import compute_dtype, full_precision
 
 __all__ = [
     "OldTopK",
     "SparseSupport",
+    "ChunkStatistics",
     "old_topk_from_logits",
     "troll_sparse_from_logits",
     "mass_rule_mask",
+    "check_support_args",
     "MIN_CHUNKS",
     "MAX_CHUNK_BYTES",
-    "OLD_ESTIMATES",
-    # building blocks of the streaming kernels, shared with backends that shard the vocabulary (megatron/)
-    "Workspace",
-    "union_support",
-    "safe_ids",
-    "sparse_forward",
-    "sparse_backward",
-    "old_side_estimate",
+    # shared with backends that build the support in kernels of their own (troll_verl.core.kernels)
     "assemble_support",
-    "check_rows",
     "check_sparse_inputs",
-    "check_support_args",
     "check_old_estimate",
-    "chunk_rows",
 ]
 
-# Auto chunk size (chunk_rows): this many chunks per call, and one fp32 (rows, V) temporary at most this large.
+# Auto chunk size (_chunk_rows): this many chunks per call, and one fp32 (rows, V) temporary at most this large.
 MIN_CHUNKS = 8
 MAX_CHUNK_BYTES = 2**30
 _PRIO_SAMPLED, _PRIO_OLD, _PRIO_NEW, _PRIO_SHIFT = 0, 1, 2, 2  # sort key = id << 2 | priority
@@ -135,12 +133,6 @@ class SparseSupport(NamedTuple):
 # ----------------------------------------------------------------------------------------------------------
 # argument checks
 # ----------------------------------------------------------------------------------------------------------
-def check_old_estimate(old_estimate: str) -> None:
-    """Raise ``ValueError`` unless ``old_estimate`` is one of :data:`OLD_ESTIMATES`."""
-    if old_estimate not in OLD_ESTIMATES:
-        raise ValueError(f"old_estimate must be one of {OLD_ESTIMATES}, got {old_estimate!r}.")
-
-
 def check_support_args(topk: int, mass_delta: float, floor: float | None = None) -> None:
     """Raise ``ValueError`` naming the argument when ``topk``, ``mass_delta`` or ``floor`` is out of range."""
     if not isinstance(topk, int) or isinstance(topk, bool) or topk < 1:
@@ -159,7 +151,7 @@ def _check_logits(name: str, logits: torch.Tensor) -> None:
         )
 
 
-def check_rows(rows: torch.Tensor, n_logits: int) -> int:
+def _check_rows(rows: torch.Tensor, n_logits: int) -> int:
     """Check that ``rows`` is a 1-D int64 index into the ``n_logits`` rows of the logits; return its length."""
     if not isinstance(rows, torch.Tensor) or rows.dim() != 1 or rows.dtype != torch.long:
         raise ValueError(f"rows must be a 1-D int64 tensor of row indices, got {getattr(rows, 'dtype', type(rows))}.")
@@ -168,7 +160,7 @@ def check_rows(rows: torch.Tensor, n_logits: int) -> int:
     return rows.shape[0]
 
 
-def chunk_rows(n_rows: int, vocab: int, chunk_size: int | None) -> int:
+def _chunk_rows(n_rows: int, vocab: int, chunk_size: int | None) -> int:
     """Rows per chunk: ``chunk_size`` if given, else ``1 / MIN_CHUNKS`` of the rows, so that the chunk buffers stay a
     fixed share of the logits tensor itself (one fp32 buffer is a quarter of bf16 logits), in as few chunks as that
     allows (each chunk is a dozen kernel launches), and at most :data:`MAX_CHUNK_BYTES` of fp32 logits."""
@@ -179,8 +171,22 @@ def chunk_rows(n_rows: int, vocab: int, chunk_size: int | None) -> int:
     return max(1, min(-(-n_rows // MIN_CHUNKS), MAX_CHUNK_BYTES // (4 * max(vocab, 1))))
 
 
+def check_sparse_inputs(n_rows: int, sampled: torch.Tensor, old: OldTopK, sampled_old_lp: torch.Tensor) -> None:
+    """Raise ``ValueError`` unless the sampled tokens and the old top-K have one entry per row."""
+    if sampled.shape != (n_rows,) or sampled_old_lp.shape != (n_rows,):
+        raise ValueError(
+            f"sampled_ids and old_sampled_logprob must have shape ({n_rows},) (one per token), got "
+            f"{tuple(sampled.shape)} and {tuple(sampled_old_lp.shape)}."
+        )
+    if old.ids.shape[0] != n_rows or old.logprobs.shape != old.ids.shape or old.tail_logprob.shape != (n_rows,):
+        raise ValueError(
+            f"old top-K tensors must be ids/logprobs ({n_rows}, K) and tail_logprob ({n_rows},), got "
+            f"{tuple(old.ids.shape)}, {tuple(old.logprobs.shape)}, {tuple(old.tail_logprob.shape)}."
+        )
+
+
 # ----------------------------------------------------------------------------------------------------------
-# per-chunk building blocks
+# per-chunk pieces
 # ----------------------------------------------------------------------------------------------------------
 def mass_rule_mask(sorted_logprobs: torch.Tensor, mass_delta: float) -> torch.Tensor:
     """Keep the top tokens until their cumulative mass reaches ``1 − mass_delta`` (TROLL §5).
@@ -200,7 +206,7 @@ def mass_rule_mask(sorted_logprobs: torch.Tensor, mass_delta: float) -> torch.Te
     return keep
 
 
-class Workspace:
+class _Workspace:
     """Reusable ``(rows, V)`` buffers, one per name and dtype (the compute dtype unless named), so chunks do not
     re-allocate (and re-fault) vocabulary-sized memory. Lives for one forward or backward call."""
 
@@ -271,7 +277,7 @@ def _tail_logprob(p: torch.Tensor, support_ids: torch.Tensor) -> torch.Tensor:
     return torch.log(p.scatter_(1, support_ids, 0.0).sum(dim=-1))
 
 
-def union_support(
+def _union_support(
     old_ids: torch.Tensor,
     old_lp: torch.Tensor,
     new_ids: torch.Tensor,
@@ -327,9 +333,80 @@ def union_support(
     return ids, old, valid, count
 
 
-def safe_ids(ids: torch.Tensor, valid: torch.Tensor, sampled: torch.Tensor) -> torch.Tensor:
+def _safe_ids(ids: torch.Tensor, valid: torch.Tensor, sampled: torch.Tensor) -> torch.Tensor:
     """Ids usable for gather/scatter: padding slots point at the (always valid) sampled token."""
     return torch.where(valid, ids, sampled[:, None])
+
+
+class ChunkStatistics:
+    """The per-chunk statistics of a vocabulary layout: this class, the whole vocabulary on this rank (FSDP).
+
+    Every chunk loop of this module (:func:`old_topk_from_logits`, :func:`troll_sparse_from_logits` and its backward
+    pass) asks these methods for what depends on where the vocabulary lives, and does the rest itself (mass rule,
+    union, old side, tail bucket, chunking). A backend that shards the vocabulary subclasses it (Megatron's tensor
+    parallelism: global statistics by small collectives, :mod:`troll_verl.core.megatron.losses`).
+
+    Attributes:
+        dump_columns: scratch columns after the ``V`` of every ``(c, V)`` buffer (scatters of ids another rank owns).
+    """
+
+    dump_columns = 0
+
+    def vocab_size(self, width: int) -> int:
+        """The full vocabulary size, for logits of ``width`` columns on this rank."""
+        return width
+
+    def chunk(self, ws: _Workspace, logits: torch.Tensor, rows: torch.Tensor | None, sl: slice) -> torch.Tensor:
+        """Chunk ``sl`` of the selected rows of ``logits``, in the dtype :meth:`stats` reads (here their own)."""
+        return ws.raw_chunk(logits, rows, sl)
+
+    def grad_dtype(self, logits: torch.Tensor) -> torch.dtype:
+        """The dtype :meth:`grad` writes a chunk's gradient in (here the logits' own, see :meth:`grad`)."""
+        return logits.dtype
+
+    def stats(self, z: torch.Tensor, k: int, p: torch.Tensor):
+        """Log-sum-exp and top-``k`` of one ``(c, V)`` chunk ``z``, with scratch ``p`` (``(c, V + dump_columns)``,
+        compute dtype).
+
+        Returns:
+            ``(lse (c,), topv (c, k), topi (c, k), aux)``: top-k logits and their global ids, sorted; ``aux`` is
+            what :meth:`support` needs besides (here nothing). Leaves ``softmax(z)`` (up to a per-row factor) in
+            ``p`` for :meth:`support`.
+        """
+        lse, topv, topi = _chunk_stats(z, k, p)
+        return lse, topv, topi, None
+
+    def support(self, z, p, lse, aux, safe, valid):
+        """The log-probs at the support ids ``safe`` ``(c, S)`` and the tail's log-mass ``(c,)`` (−inf if empty);
+        ``p`` as :meth:`stats` left it, overwritten. ``valid`` marks the real (not padding) slots."""
+        return z.gather(1, safe).to(p.dtype) - lse[:, None], _tail_logprob(p, safe)
+
+    def grad(self, z, out, coef, g_over_tail, g_new, new_lp, safe, valid, lse) -> torch.Tensor:
+        """∂L/∂z for one chunk, written into ``out`` (``(c, V + dump_columns)``, :meth:`grad_dtype`); returns the
+        ``(c, V)`` gradient. Derivation in :class:`_SparseFromLogits`: ``π_b · coef`` everywhere plus
+        ``g_b − π_b · g_over_tail`` on the support.
+
+        ``z`` and ``out`` have the logits' dtype, the other tensors the compute dtype. The dense term ``π_b · c_row``
+        is computed in the logits' dtype: it is a gradient, which the bound does not depend on, and a bf16 model's
+        logits gradient is bf16 (as clip's is). On the support the gradient is then overwritten with its value
+        computed in the compute dtype and rounded once, so the terms that cancel there
+        (``π_a · c_row + g_a − π_a · g_t / π_t``, e.g. at a sampled token of probability near 1) keep their
+        precision.
+        """
+        grad = torch.softmax(z, dim=-1, out=out)  # π, recomputed (one fused kernel)
+        grad.mul_(coef[:, None].to(grad.dtype))
+        pi = torch.exp(new_lp)
+        exact = pi * coef[:, None] + g_new - pi * g_over_tail[:, None]
+        # padding slots point at the sampled token (_safe_ids), which is on the support exactly once: they take its
+        # value, so every write to that entry agrees (a row without padding needs no such value)
+        pad_id = safe.gather(1, (~valid).long().argmax(-1, keepdim=True))
+        sampled_slot = (valid & (safe == pad_id)).long().argmax(-1, keepdim=True)
+        exact = torch.where(valid, exact, exact.gather(1, sampled_slot))
+        grad.scatter_(1, safe, exact.to(grad.dtype))
+        return grad
+
+
+_FULL_VOCABULARY = ChunkStatistics()
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -345,6 +422,7 @@ def old_topk_from_logits(
     value_dtype: torch.dtype = torch.float32,
     chunk_size: int | None = None,
     rows: torch.Tensor | None = None,
+    statistics: ChunkStatistics = _FULL_VOCABULARY,
 ) -> OldTopK:
     """The old policy's top-K (mass rule) ids, log-probs and tail mass, streamed over token chunks.
 
@@ -356,6 +434,8 @@ def old_topk_from_logits(
             memory and speed, not results.
         rows: optional ``(N,)`` int64 indices of the rows of ``logits`` to process (e.g. response positions);
             default all rows.
+        statistics: the per-chunk statistics of the logits' vocabulary layout (as in
+            :func:`troll_sparse_from_logits`).
 
     Returns:
         :class:`OldTopK` with ``ids (N, K)`` int32, ``logprobs (N, K)`` and ``tail_logprob (N,)`` (fp32, or
@@ -364,22 +444,23 @@ def old_topk_from_logits(
     _check_logits("logits", logits)
     check_support_args(topk, mass_delta, floor)
     V = logits.shape[1]
-    N = logits.shape[0] if rows is None else check_rows(rows, logits.shape[0])
-    k = min(topk, V)
+    N = logits.shape[0] if rows is None else _check_rows(rows, logits.shape[0])
+    k = min(topk, statistics.vocab_size(V))
     log_floor = math.log(floor)
     cdt = compute_dtype(logits.dtype)
     ids = torch.empty((N, k), dtype=torch.int32, device=logits.device)
     lps = torch.empty((N, k), dtype=value_dtype, device=logits.device)
     tail = torch.empty((N,), dtype=cdt, device=logits.device)
-    step = chunk_rows(N, V, chunk_size)
-    ws = Workspace(min(step, N), V, cdt, logits.device)
+    step = _chunk_rows(N, V, chunk_size)
+    ws = _Workspace(min(step, N), V, cdt, logits.device)
     for r0 in range(0, N, step):
         r1 = min(r0 + step, N)
-        p = ws.get("p", r1 - r0)
-        lse, topv, topi = _chunk_stats(ws.raw_chunk(logits, rows, slice(r0, r1)), k, p)
+        z = statistics.chunk(ws, logits, rows, slice(r0, r1))
+        p = ws.get("p", r1 - r0, V + statistics.dump_columns)
+        lse, topv, topi, aux = statistics.stats(z, k, p)
         lp = topv - lse[:, None]
         keep = mass_rule_mask(lp, mass_delta)
-        tail[r0:r1] = _tail_logprob(p, torch.where(keep, topi, topi[:, :1]))
+        _, tail[r0:r1] = statistics.support(z, p, lse, aux, torch.where(keep, topi, topi[:, :1]), keep)
         ids[r0:r1] = torch.where(keep, topi, -1).int()
         lps[r0:r1] = torch.where(keep, lp, log_floor).to(value_dtype)
     return OldTopK(ids, lps, tail.clamp_min(log_floor))
@@ -388,101 +469,15 @@ def old_topk_from_logits(
 # ----------------------------------------------------------------------------------------------------------
 # the current policy on the union support (update pass; differentiable, memory-lean)
 # ----------------------------------------------------------------------------------------------------------
-def _forward_chunk(z, p, k, mass_delta, log_floor, old_ids, old_lp, sampled, sampled_old_lp):
-    """Everything the forward pass needs from one ``(c, V)`` chunk ``z`` of the current logits (their own dtype);
-    ``p`` is a ``(c, V)`` scratch buffer of the compute dtype, in which everything is returned."""
-    lse, topv, topi = _chunk_stats(z, k, p)
+def _forward_chunk(statistics, z, p, k, mass_delta, log_floor, old_ids, old_lp, sampled, sampled_old_lp):
+    """Everything the forward pass needs from one ``(c, V)`` chunk ``z`` of the current logits; ``p`` is a scratch
+    buffer of the compute dtype, in which everything is returned: ``ids, old, valid, count, new, tail_raw, lse``."""
+    lse, topv, topi, aux = statistics.stats(z, k, p)
     keep = mass_rule_mask(topv - lse[:, None], mass_delta)
-    ids, old, valid, count = union_support(old_ids, old_lp, topi, keep, sampled, sampled_old_lp, log_floor, p.dtype)
-    safe = safe_ids(ids, valid, sampled)
-    new = torch.where(valid, z.gather(1, safe).to(p.dtype) - lse[:, None], 0.0)
-    return ids, old, valid, count, new, _tail_logprob(p, safe)
-
-
-def sparse_forward(
-    chunk_logits, N, V, k, mass_delta, log_floor, old_ids, old_lp, sampled, sampled_old_lp, step, cdt,
-    forward_chunk=_forward_chunk, extra_row_outputs: int = 0, workspace_width: int | None = None,
-):  # fmt: skip
-    """Stream ``forward_chunk`` (default :func:`_forward_chunk`) over token chunks.
-
-    ``chunk_logits(r0, r1, ws)`` yields the chunk's ``(c, V)`` logits. ``forward_chunk`` returns ids, old, valid,
-    count, new, tail and then ``extra_row_outputs`` more per-row ``(c,)`` tensors (e.g. the vocab-parallel LSE).
-    Returns the union-width-trimmed ``ids, old, valid, new`` ``(N, S)``, ``tail (N,)`` and the extras.
-    """
-    dev = sampled.device
-    C = old_ids.shape[1] + k + 1
-    bufs = [
-        torch.empty((N, C), dtype=torch.long, device=dev),  # ids
-        torch.empty((N, C), dtype=cdt, device=dev),  # old
-        torch.empty((N, C), dtype=torch.bool, device=dev),  # valid
-        torch.zeros(N, dtype=torch.long, device=dev),  # count
-        torch.empty((N, C), dtype=cdt, device=dev),  # new
-        torch.empty(N, dtype=cdt, device=dev),  # tail_raw
-    ] + [torch.empty(N, dtype=cdt, device=dev) for _ in range(extra_row_outputs)]
-    ws = Workspace(min(step, N), V, cdt, dev)
-    for r0 in range(0, N, step):
-        r1 = min(r0 + step, N)
-        out = forward_chunk(
-            chunk_logits(r0, r1, ws), ws.get("p", r1 - r0, workspace_width), k, mass_delta, log_floor,
-            old_ids[r0:r1], old_lp[r0:r1], sampled[r0:r1], sampled_old_lp[r0:r1],
-        )  # fmt: skip
-        for buf, val in zip(bufs, out, strict=True):
-            buf[r0:r1] = val
-    ids, old, valid, count, new, tail_raw, *extra = bufs
-    width = max(int(count.max().item()) if N > 0 else 1, 1)
-    return (ids[:, :width], old[:, :width], valid[:, :width], new[:, :width], tail_raw, *extra)
-
-
-def _grad_chunk(z, safe, valid, g_new, g_tail_eff, tail_raw, new_lp, out):
-    """∂L/∂z for one chunk, written into ``out`` (derivation in :class:`_SparseFromLogits`).
-
-    ``z`` and ``out`` have the logits' dtype, the other tensors the compute dtype. The dense term ``π_b · c_row`` is
-    computed in the logits' dtype: it is a gradient, which the bound does not depend on, and a bf16 model's logits
-    gradient is bf16 (as clip's is). On the support the gradient is then overwritten with its value computed in
-    the compute dtype and rounded once, so the terms that cancel there (``π_a · c_row + g_a − π_a · g_t / π_t``,
-    e.g. at a sampled token of probability near 1) keep their precision.
-    """
-    tiny = torch.finfo(new_lp.dtype).tiny
-    g_over_tail = torch.where(g_tail_eff != 0, g_tail_eff / torch.exp(tail_raw).clamp_min(tiny), 0.0)
-    g_new = torch.where(valid, g_new, 0.0)
-    coef = g_over_tail - g_new.sum(-1) - g_tail_eff
-    grad = torch.softmax(z, dim=-1, out=out)  # π, recomputed (one fused kernel)
-    grad.mul_(coef[:, None].to(grad.dtype))
-    pi = torch.exp(new_lp)
-    exact = pi * coef[:, None] + g_new - pi * g_over_tail[:, None]
-    # padding slots point at the sampled token (safe_ids), which is on the support exactly once: they take its
-    # value, so every write to that entry agrees (a row without padding needs no such value)
-    pad_id = safe.gather(1, (~valid).long().argmax(-1, keepdim=True))
-    sampled_slot = (valid & (safe == pad_id)).long().argmax(-1, keepdim=True)
-    exact = torch.where(valid, exact, exact.gather(1, sampled_slot))
-    grad.scatter_(1, safe, exact.to(grad.dtype))
-    return grad
-
-
-def sparse_backward(
-    chunk_logits, target, consume, N, V, step, saved, g_new, g_tail, log_floor, grad_chunk=_grad_chunk, row_extras=()
-):
-    """Stream ``grad_chunk`` (default :func:`_grad_chunk`) over token chunks.
-
-    ``chunk_logits(slice, ws)`` yields the chunk's logits, ``target(slice, ws)`` the ``(c, V)`` tensor to write
-    its gradient into, and ``consume(slice, grad)`` takes the result. ``row_extras`` are further per-row tensors
-    passed (sliced) to ``grad_chunk`` after the standard arguments.
-    """
-    ids, valid, new, tail_raw, sampled = saved
-    cdt = new.dtype
-    g_new = torch.zeros_like(new) if g_new is None else g_new.to(cdt)
-    g_tail = torch.zeros_like(tail_raw) if g_tail is None else g_tail.to(cdt)
-    g_tail_eff = torch.where(tail_raw > log_floor, g_tail, 0.0)  # the floor clamp has no gradient
-    safe = safe_ids(ids, valid, sampled)
-    ws = Workspace(min(step, N), V, cdt, sampled.device)
-    for r0 in range(0, N, step):
-        sl = slice(r0, min(r0 + step, N))
-        z = chunk_logits(sl, ws)
-        out = target(sl, ws)
-        grad = grad_chunk(
-            z, safe[sl], valid[sl], g_new[sl], g_tail_eff[sl], tail_raw[sl], new[sl], out, *(t[sl] for t in row_extras)
-        )
-        consume(sl, grad)
+    ids, old, valid, count = _union_support(old_ids, old_lp, topi, keep, sampled, sampled_old_lp, log_floor, p.dtype)
+    safe = _safe_ids(ids, valid, sampled)
+    new, tail_raw = statistics.support(z, p, lse, aux, safe, valid)
+    return ids, old, valid, count, torch.where(valid, new, 0.0), tail_raw, lse
 
 
 class _SparseFromLogits(torch.autograd.Function):
@@ -501,17 +496,36 @@ class _SparseFromLogits(torch.autograd.Function):
 
     @staticmethod
     @full_precision
-    def forward(ctx, logits, rows, old_ids, old_lp, sampled, sampled_old_lp, k, mass_delta, log_floor, step):
+    def forward(ctx, logits, rows, old_ids, old_lp, sampled, sampled_old_lp, k, mass_delta, log_floor, step, stats):
         """Chunked forward: union support, current log-probs on it and the tail (see the class docstring)."""
         V = logits.shape[1]
         N = logits.shape[0] if rows is None else rows.shape[0]
         cdt = compute_dtype(logits.dtype)
-        ids, old, valid, new, tail_raw = sparse_forward(
-            lambda r0, r1, ws: ws.raw_chunk(logits, rows, slice(r0, r1)), N, V, k, mass_delta, log_floor,
-            old_ids, old_lp, sampled, sampled_old_lp, step, cdt,
-        )  # fmt: skip
-        ctx.save_for_backward(logits, rows, ids, valid, new, tail_raw, sampled)
-        ctx.log_floor, ctx.step = log_floor, step
+        dev = sampled.device
+        C = old_ids.shape[1] + k + 1
+        ids, old, valid, count, new, tail_raw, lse = bufs = (
+            torch.empty((N, C), dtype=torch.long, device=dev),
+            torch.empty((N, C), dtype=cdt, device=dev),
+            torch.empty((N, C), dtype=torch.bool, device=dev),
+            torch.zeros(N, dtype=torch.long, device=dev),
+            torch.empty((N, C), dtype=cdt, device=dev),
+            torch.empty(N, dtype=cdt, device=dev),
+            torch.empty(N, dtype=cdt, device=dev),
+        )
+        ws = _Workspace(min(step, N), V, cdt, dev)
+        for r0 in range(0, N, step):
+            r1 = min(r0 + step, N)
+            out = _forward_chunk(
+                stats, stats.chunk(ws, logits, rows, slice(r0, r1)), ws.get("p", r1 - r0, V + stats.dump_columns),
+                k, mass_delta, log_floor,
+                old_ids[r0:r1], old_lp[r0:r1], sampled[r0:r1], sampled_old_lp[r0:r1],
+            )  # fmt: skip
+            for buf, val in zip(bufs, out, strict=True):
+                buf[r0:r1] = val
+        width = max(int(count.max().item()) if N > 0 else 1, 1)  # the widest union in the batch
+        ids, old, valid, new = ids[:, :width], old[:, :width], valid[:, :width], new[:, :width]
+        ctx.save_for_backward(logits, rows, ids, valid, new, tail_raw, sampled, lse)
+        ctx.log_floor, ctx.step, ctx.statistics = log_floor, step, stats
         ctx.mark_non_differentiable(ids, old, valid)
         return new, tail_raw.clamp_min(log_floor), ids, old, valid
 
@@ -520,98 +534,55 @@ class _SparseFromLogits(torch.autograd.Function):
     @full_precision
     def backward(ctx, g_new, g_tail, *_):
         """∂L/∂z written chunk by chunk into the gradient of the logits (derivation in the class docstring)."""
-        logits, rows, *saved = ctx.saved_tensors
+        logits, rows, ids, valid, new, tail_raw, sampled, lse = ctx.saved_tensors
         if not ctx.needs_input_grad[0]:
-            return (None,) * 10
+            return (None,) * 11
+        statistics = ctx.statistics
         V = logits.shape[1]
         N = logits.shape[0] if rows is None else rows.shape[0]
-        grad = torch.empty_like(logits)
-        if rows is not None:
-            unselected = torch.ones(logits.shape[0], dtype=torch.bool, device=logits.device)
-            unselected[rows] = False
-            grad[unselected] = 0.0
-
-        # the gradient is written in the logits' dtype (_grad_chunk): straight into its buffer where the rows are
-        # contiguous, else through a chunk buffer
-        def target(sl, ws):
-            return grad[sl] if rows is None else ws.get("g", sl.stop - sl.start, dtype=grad.dtype)
-
-        def consume(sl, g):
-            if rows is not None:
-                grad.index_copy_(0, rows[sl], g)
-
-        sparse_backward(
-            lambda sl, ws: ws.raw_chunk(logits, rows, sl), target, consume, N, V, ctx.step, saved, g_new, g_tail,
-            ctx.log_floor,
-        )  # fmt: skip
-        return grad, None, None, None, None, None, None, None, None, None
-
-
-OLD_ESTIMATES = ("floor", "upper", "proportional")
-
-
-def old_side_estimate(new, ids, old_u, valid, old: OldTopK, sampled, sampled_old_lp, floor, estimate):
-    """Old log-probs for the union tokens the old pass did not store, and the old tail that is left.
-
-    The old pass stored the old policy's top-K ``T`` (mass rule), the mass ``m_T = Σ_{b∉T} π_old(b)`` outside it, and
-    verl stores the sampled token's old log-prob. A union token ``a`` that only the current policy brought in
-    (``a ∉ T``, ``a ≠ o_t``) has an unknown old probability ``q_a``, and what is known bounds it:
-
-        0 ≤ q_a ≤ p_K := min_{b∈T} π_old(b)     (T holds the most likely tokens, so every other one is at most
-                                                   the least likely stored one)
-        Σ_{a ∉ T} q_a ≤ m_T                       (they all come out of the mass outside T).
-
-    - ``floor`` (the paper, TROLL §5): ``q_a = floor`` (1e-12). Far below the truth when π_old has a long tail
-      (a sampled LLM at T=1), so ``π̃_a log(π̃_a / q_a)`` inflates KL(π̃ ‖ π_old) and TROLL projects tokens that
-      are inside the ball (``docs/benchmarks.md``).
-    - ``upper``: ``q_a = min(p_K, m_T)``, the largest value the bounds allow. ``x ↦ π̃_a log(π̃_a / x)`` falls in
-      x, so each such term is at most the true one: the estimate can under-state the KL, never inflate it.
-    - ``proportional``: the old tail mass shared out like the current policy's mass outside T, capped by the bound,
-      ``q_a = min(p_K, m_T · π̃_a / Σ_{b∉T} π̃_b)`` (π̃ detached): exact when the two policies agree outside T.
-
-    Either way the tokens' mass is taken out of the old tail bucket, so the old distribution over S + 1 still sums
-    to one; where it would go negative the estimates are scaled down to fit (and never below ``floor``).
-
-    Returns:
-        ``(old_u (c, S), old_tail (c,))`` log-probs in ``new``'s dtype.
-    """
-    cdt = new.dtype
-    dtype = torch.float64
-    old_valid = old.ids >= 0
-    sorted_old, _ = torch.where(old_valid, old.ids.long(), torch.iinfo(torch.long).max).sort(dim=-1)
-    pos = torch.searchsorted(sorted_old, ids.clamp_min(0)).clamp_max(sorted_old.shape[1] - 1)
-    stored = valid & (sorted_old.gather(1, pos) == ids)
-    is_sampled = ids == sampled[:, None]
-    unknown = valid & ~stored & ~is_sampled
-    in_old = (old.ids.long() == sampled[:, None]).any(-1)
-    sampled_extra = torch.where(in_old, 0.0, sampled_old_lp.to(dtype).exp())
-    tail_mass = old.tail_logprob.to(dtype).exp()
-    if estimate == "floor":
-        q = torch.where(unknown, torch.full_like(old_u, floor, dtype=dtype), 0.0)
-    else:
-        p_k = torch.where(old_valid, old.logprobs.to(dtype), float("inf")).amin(-1).exp()
-        cap = torch.minimum(p_k, tail_mass)[:, None]
-        if estimate == "upper":
-            q = cap.expand_as(old_u)
-        else:
-            pi = torch.exp(new.detach().to(dtype))
-            outside = (1.0 - torch.where(stored, pi, 0.0).sum(-1)).clamp_min(torch.finfo(dtype).tiny)
-            q = torch.minimum(cap, tail_mass[:, None] * pi / outside[:, None])
-        q = torch.where(unknown, q.clamp_min(floor), 0.0)
-        room = (tail_mass - sampled_extra - floor).clamp_min(0.0)
-        total = q.sum(-1)
-        scale = torch.where(total > room, room / total.clamp_min(torch.finfo(dtype).tiny), 1.0)
-        q = torch.where(unknown, (q * scale[:, None]).clamp_min(floor), 0.0)
-        old_u = torch.where(unknown, torch.log(q).to(old_u.dtype), old_u)
-    old_tail = torch.log((tail_mass - sampled_extra - q.sum(-1)).clamp_min(floor)).to(cdt)
-    return old_u, old_tail
+        cdt = new.dtype
+        g_new = torch.zeros_like(new) if g_new is None else g_new.to(cdt)
+        g_tail = torch.zeros_like(tail_raw) if g_tail is None else g_tail.to(cdt)
+        g_tail_eff = torch.where(tail_raw > ctx.log_floor, g_tail, 0.0)  # the floor clamp has no gradient
+        tiny = torch.finfo(cdt).tiny
+        g_over_tail = torch.where(g_tail_eff != 0, g_tail_eff / torch.exp(tail_raw).clamp_min(tiny), 0.0)
+        g_new = torch.where(valid, g_new, 0.0)
+        coef = g_over_tail - g_new.sum(-1) - g_tail_eff
+        safe = _safe_ids(ids, valid, sampled)
+        grad = torch.empty_like(logits) if rows is None else torch.zeros_like(logits)
+        gdt = statistics.grad_dtype(logits)
+        # straight into the gradient where the rows are contiguous and the layout needs no scratch, else through a
+        # chunk buffer
+        in_place = rows is None and statistics.dump_columns == 0 and gdt == grad.dtype
+        ws = _Workspace(min(ctx.step, N), V, cdt, sampled.device)
+        for r0 in range(0, N, ctx.step):
+            sl = slice(r0, min(r0 + ctx.step, N))
+            out = grad[sl] if in_place else ws.get("g", sl.stop - sl.start, V + statistics.dump_columns, dtype=gdt)
+            g = statistics.grad(
+                statistics.chunk(ws, logits, rows, sl), out, coef[sl], g_over_tail[sl], g_new[sl], new[sl], safe[sl],
+                valid[sl], lse[sl],
+            )  # fmt: skip
+            if not in_place:
+                dest = rows[sl] if rows is not None else torch.arange(sl.start, sl.stop, device=grad.device)
+                grad.index_copy_(0, dest, g.to(grad.dtype))
+        return grad, None, None, None, None, None, None, None, None, None, None
 
 
 def assemble_support(
     new, tail, ids, old_u, valid, old: OldTopK, sampled, sampled_old_lp, floor, old_estimate: str = "floor"
 ) -> SparseSupport:
-    """Append the tail bucket as the last column, fill in the old side (:func:`old_side_estimate`) and locate the
-    sampled token."""
+    """Append the tail bucket as the last column, fill in the old side
+    (:func:`~troll_verl.core.old_estimate.old_side_estimate`) and locate the sampled token.
+
+    Args:
+        new: ``(N, S)`` current log-probs on the union; tail: ``(N,)`` its tail log-mass (clamped to the floor).
+        ids, old_u, valid: ``(N, S)`` the union ids, the old log-probs known so far and the valid slots.
+        old: the stored :class:`OldTopK`. sampled, sampled_old_lp: ``(N,)``. floor: the floor probability.
+        old_estimate: one of :data:`~troll_verl.core.options.OLD_ESTIMATES`.
+
+    Returns:
+        :class:`SparseSupport` with ``(N, S + 1)`` fields.
+    """
     old_u, old_tail = old_side_estimate(new, ids, old_u, valid, old, sampled, sampled_old_lp, floor, old_estimate)
     ones = torch.ones((new.shape[0], 1), dtype=torch.bool, device=new.device)
     return SparseSupport(
@@ -621,20 +592,6 @@ def assemble_support(
         ids=torch.where(valid, ids, -1),
         sampled_index=(ids == sampled[:, None]).long().argmax(-1),
     )
-
-
-def check_sparse_inputs(n_rows: int, sampled: torch.Tensor, old: OldTopK, sampled_old_lp: torch.Tensor) -> None:
-    """Raise ``ValueError`` unless the sampled tokens and the old top-K have one entry per row."""
-    if sampled.shape != (n_rows,) or sampled_old_lp.shape != (n_rows,):
-        raise ValueError(
-            f"sampled_ids and old_sampled_logprob must have shape ({n_rows},) (one per token), got "
-            f"{tuple(sampled.shape)} and {tuple(sampled_old_lp.shape)}."
-        )
-    if old.ids.shape[0] != n_rows or old.logprobs.shape != old.ids.shape or old.tail_logprob.shape != (n_rows,):
-        raise ValueError(
-            f"old top-K tensors must be ids/logprobs ({n_rows}, K) and tail_logprob ({n_rows},), got "
-            f"{tuple(old.ids.shape)}, {tuple(old.logprobs.shape)}, {tuple(old.tail_logprob.shape)}."
-        )
 
 
 def troll_sparse_from_logits(
@@ -649,6 +606,7 @@ def troll_sparse_from_logits(
     chunk_size: int | None = None,
     rows: torch.Tensor | None = None,
     old_estimate: str = "floor",
+    statistics: ChunkStatistics = _FULL_VOCABULARY,
 ) -> SparseSupport:
     """Both policies on ``supp(π_old) ∪ supp(π̃) ∪ {o_t}`` plus the tail bucket, from the current logits.
 
@@ -663,7 +621,9 @@ def troll_sparse_from_logits(
         rows: optional ``(N,)`` int64 indices of the rows of ``logits`` these N tokens are (e.g. the response
             positions of a packed sequence); the other rows get zero gradient. Default: all rows.
         old_estimate: old-side value of union tokens the old pass did not store: ``floor`` (the paper),
-            ``upper`` or ``proportional`` (see :func:`old_side_estimate`).
+            ``upper`` or ``proportional`` (see :func:`~troll_verl.core.old_estimate.old_side_estimate`).
+        statistics: the per-chunk statistics of the logits' vocabulary layout; default the whole vocabulary on
+            this rank (a backend that shards it passes its own, e.g. Megatron's vocabulary-parallel ones).
 
     Returns:
         :class:`SparseSupport` with ``(N, S + 1)`` fields (fp32, fp64 for fp64 logits), S the largest union
@@ -673,14 +633,14 @@ def troll_sparse_from_logits(
     check_support_args(topk, mass_delta, floor)
     check_old_estimate(old_estimate)
     V = logits.shape[1]
-    N = logits.shape[0] if rows is None else check_rows(rows, logits.shape[0])
+    N = logits.shape[0] if rows is None else _check_rows(rows, logits.shape[0])
     sampled = sampled_ids.long()
     check_sparse_inputs(N, sampled, old, old_sampled_logprob)
     log_floor = math.log(floor)
-    step = chunk_rows(N, V, chunk_size)
+    step = _chunk_rows(N, V, chunk_size)
     new, tail, ids, old_u, valid = _SparseFromLogits.apply(
-        logits, rows, old.ids, old.logprobs, sampled, old_sampled_logprob.detach(), min(topk, V), mass_delta,
-        log_floor, step,
+        logits, rows, old.ids, old.logprobs, sampled, old_sampled_logprob.detach(), min(topk, statistics.vocab_size(V)),
+        mass_delta, log_floor, step, statistics,
     )  # fmt: skip
     return assemble_support(
         new, tail, ids, old_u, valid, old, sampled, old_sampled_logprob.detach(), floor, old_estimate

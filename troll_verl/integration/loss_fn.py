@@ -31,8 +31,9 @@ runs the same hooks the seam would (:func:`~troll_verl.core.losses.troll_old_pas
 
     old-log-prob pass (troll_mode="old", forward only)
       logits ─(a)→ troll_old_pass_fn, per row ─→ response rows ─(b)→ model_output["troll_old_*"]
-      (FSDP's hook carries per-row scalars only: its K-wide rows are gathered across SP ranks in (a) and attached
-      in (b); Megatron's carries them. Stored response-aligned next to old_log_probs.)
+      (where verl's engine keeps per-row scalars only, FSDP's, the backend gathers the K-wide rows across SP ranks
+      in (a) and they are attached in (b): TrollBackend.stock_engine_old_rows; Megatron's engine carries them.
+      Stored response-aligned next to old_log_probs.)
 
     update pass (troll_mode="update", distillation_only: verl skips its own log-prob/CE on these logits)
       logits ─(a)→ troll_logits_fn, per row (log_probs and TROLL's terms) ─→ verl: SP gather + nest
@@ -61,6 +62,7 @@ from troll_verl.core.losses import (
     MAX_METRICS,
     TROLL_LOGITS_OUTPUT_KEYS,
     compute_policy_loss_troll,
+    troll_backend,
     troll_logits_fn,
     troll_old_pass_fn,
     with_aggregation,
@@ -74,8 +76,6 @@ logger = logging.getLogger(__name__)
 
 # Non-tensor key set by TROLL's worker on the micro-batches of the two passes.
 TROLL_MODE_KEY = "troll_mode"
-# Strategies whose verl 0.9 logits hook keeps per-row outputs with trailing dims (Megatron); FSDP's asserts (L,).
-_HOOK_CARRIES_TRAILING_DIMS = frozenset({"megatron"})
 
 
 # NOTE: verl 0.9's ppo_loss calls a registered policy loss with the sampled tokens' log-probs and the config only
@@ -179,12 +179,11 @@ class TrollLossFn:
     # ---------------------------------------------------------------------------------------------------------
     def _old_hook(self, logits: torch.Tensor, data: TensorDict, data_format: str) -> dict[str, torch.Tensor]:
         old = troll_old_pass_fn(logits, data, self.config, data_format)
-        if self.config.strategy in _HOOK_CARRIES_TRAILING_DIMS:
+        backend = troll_backend(self.config.strategy)
+        if backend.STOCK_ENGINE_KEEPS_ROWS:
             return old  # per-row (1, L, K): gathered and nested by the engine
-        # FSDP: gather this micro-batch's rows across Ulysses ranks now (every rank runs the hook), attach in (b)
-        n_tokens = int(data["input_ids"].offsets()[-1])
-        rows = {key: _gather_sp_rows(value.squeeze(0), n_tokens) for key, value in old.items()}
-        tu.assign_non_tensor(data, **{_OLD_ROWS_KEY: rows})  # for the final call of this micro-batch
+        # the engine keeps (L,) outputs only: the rows go beside the hook, on the micro-batch, to its final call (b)
+        tu.assign_non_tensor(data, **{_OLD_ROWS_KEY: backend.stock_engine_old_rows(old, data)})
         return {}
 
     def _old_pass_output(self, model_output: dict, data: TensorDict):
@@ -257,13 +256,3 @@ class TrollLossFn:
             "troll/mismatch_projected_frac": Metric(AggregationType.MEAN, projected),
         }
 
-
-def _gather_sp_rows(values: torch.Tensor, n_tokens: int) -> torch.Tensor:
-    """This micro-batch's ``(n_tokens, ...)`` rows from every Ulysses rank's ``(L, ...)`` shard (what verl's FSDP
-    engine does with ``log_probs``); a no-op without sequence parallelism."""
-    from verl.utils.ulysses import gather_outputs_and_unpad, get_ulysses_sequence_parallel_world_size
-
-    sp = get_ulysses_sequence_parallel_world_size()
-    if sp <= 1:
-        return values
-    return gather_outputs_and_unpad(values, gather_dim=0, unpad_dim=0, padding_size=values.shape[0] * sp - n_tokens)

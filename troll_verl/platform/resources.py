@@ -41,16 +41,14 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["RayDemand", "ray_demand", "apply_ray_resources", "RayResourceError"]
 
-# verl's ResourcePoolManager.max_colocate_count (CPUs per GPU bundle).
-_CPUS_PER_WORKER_BUNDLE = 3
-
-
 class RayResourceError(ValueError):
     """The Ray resources configured cannot fit what verl will reserve (Ray would hang)."""
 
 
 @dataclass(frozen=True)
 class RayDemand:
+    """What verl reserves in Ray: logical ``cpus`` and ``gpus``, and the CPUs by what takes them (``breakdown``)."""
+
     cpus: int
     gpus: int
     breakdown: dict[str, int]
@@ -65,10 +63,13 @@ def ray_demand(config: DictConfig) -> RayDemand:
     reward_model = OmegaConf.select(config, "reward.reward_model", default=None)
     if reward_model is not None and reward_model.get("enable", False) and reward_model.get("enable_resource_pool"):
         workers += int(reward_model.nnodes) * int(reward_model.n_gpus_per_node)
+    from verl.single_controller.ray import ResourcePoolManager
+
     breakdown = {
         "transfer_queue_controller": 1,
         "transfer_queue_storage_units": storage_units,
-        "trainer_worker_bundles": workers * _CPUS_PER_WORKER_BUNDLE,
+        # each worker's bundle holds ResourcePoolManager's max_colocate_count CPUs
+        "trainer_worker_bundles": workers * ResourcePoolManager.max_colocate_count,
     }
     return RayDemand(cpus=sum(breakdown.values()), gpus=workers, breakdown=breakdown)
 

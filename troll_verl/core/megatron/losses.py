@@ -26,7 +26,9 @@ tail mass             each rank sums exp(z − m) outside the support ids it own
 The union, the projection and the loss are then identical on every TP rank. The backward pass needs no
 collective: ∂L/∂z for the local shard is ``softmax(z)_b · c_row`` (global LSE saved) plus the sparse corrections
 at the support ids this rank owns (see :class:`troll_verl.core.sparse._SparseFromLogits` for the derivation).
-Out-of-range ids are written into a dump column so that scatters never collide.
+Out-of-range ids are written into a dump column so that scatters never collide. These per-chunk statistics are
+:class:`VocabParallelStatistics`, a :class:`~troll_verl.core.sparse.ChunkStatistics`: the chunking, the mass rule,
+the union, the old side and the backward pass's bookkeeping are the single-rank code's own.
 
 Context parallelism: the engine-facing functions split TROLL's per-sequence tensors with verl's own
 ``preprocess_thd_engine`` / ``preprocess_bshd_engine`` (as verl's Megatron top-K distillation does), so they line up
@@ -36,40 +38,26 @@ The entry points :func:`compute_troll_old_topk` and :func:`compute_troll_token_t
 signatures as in :mod:`..fsdp.losses`.
 """
 
-import math
-from functools import partial
-
 import torch
 import torch.distributed as dist
 from tensordict import TensorDict
-from torch.autograd.function import once_differentiable
 
 from ..config import TrollConfig
 from ..layout import OLD_FIELDS, response_lengths, response_rows, response_values
-from ..projection import compute_dtype, full_precision
-from ..sparse import (
-    OldTopK,
-    SparseSupport,
-    Workspace,
-    assemble_support,
-    check_rows,
-    check_sparse_inputs,
-    check_support_args,
-    chunk_rows,
-    mass_rule_mask,
-    safe_ids,
-    sparse_backward,
-    sparse_forward,
-    union_support,
-)
+from ..projection import compute_dtype
+from ..sparse import ChunkStatistics, OldTopK, old_topk_from_logits, troll_sparse_from_logits
 from ..terms import hook_outputs, troll_token_terms
 
 __all__ = [
-    "vocab_parallel_old_topk",
-    "vocab_parallel_sparse_from_logits",
+    "VocabParallelStatistics",
     "compute_troll_old_topk",
     "compute_troll_token_terms",
+    "STOCK_ENGINE_KEEPS_ROWS",
 ]
+
+# verl 0.9's Megatron engine keeps per-row logits-hook outputs with trailing dims, gathers them across CP ranks and
+# nests them per sequence: the old pass's rows travel through the hook itself.
+STOCK_ENGINE_KEEPS_ROWS = True
 
 
 def _tp_group_info(group):
@@ -129,170 +117,56 @@ def _vp_support_values(z, p_full, safe, valid, total, group, start):
     return red[:, :-1], torch.log(red[:, -1]) - torch.log(total)
 
 
-def _vp_forward_chunk(z, p_full, k, mass_delta, log_floor, old_ids, old_lp, sampled, sampled_old_lp, *, group, start):
-    """The vocab-parallel twin of :func:`troll_verl.core.sparse._forward_chunk`; also returns the global LSE."""
-    lse, _, total, topv, topi = _vp_stats(z, k, p_full, group, start)
-    keep = mass_rule_mask(topv - lse[:, None], mass_delta)
-    ids, old, valid, count = union_support(old_ids, old_lp, topi, keep, sampled, sampled_old_lp, log_floor, z.dtype)
-    safe = safe_ids(ids, valid, sampled)
-    zs, tail_raw = _vp_support_values(z, p_full, safe, valid, total, group, start)
-    new = torch.where(valid, zs - lse[:, None], 0.0)
-    return ids, old, valid, count, new, tail_raw, lse
-
-
-def _vp_grad_chunk(z, safe, valid, g_new, g_tail_eff, tail_raw, new_lp, out_full, lse, *, start):
-    """∂L/∂z for this shard of one chunk, into ``out_full[:, :V/tp]`` (``out_full`` has a dump column)."""
-    vp = z.shape[1]
-    tiny = torch.finfo(out_full.dtype).tiny
-    g_over_tail = torch.where(g_tail_eff != 0, g_tail_eff / torch.exp(tail_raw).clamp_min(tiny), 0.0)
-    g_new = torch.where(valid, g_new, 0.0)
-    coef = g_over_tail - g_new.sum(-1) - g_tail_eff
-    grad = out_full[:, :vp]
-    torch.sub(z, lse[:, None], out=grad).exp_().mul_(coef[:, None])  # π_b · c_row, global normalisation
-    idx, owned = _local_index(safe, valid, start, vp)
-    corr = torch.where(owned, g_new - torch.exp(new_lp) * g_over_tail[:, None], 0.0)
-    out_full[:, vp] = 0.0
-    out_full.scatter_add_(1, idx, corr.to(out_full.dtype))
-    return grad
-
-
-class _VocabParallelSparse(torch.autograd.Function):
-    """:class:`troll_verl.core.sparse._SparseFromLogits` for vocab-parallel logits (see the module docstring)."""
-
-    @staticmethod
-    @full_precision
-    def forward(ctx, logits, rows, old_ids, old_lp, sampled, sampled_old_lp, k, mass_delta, log_floor, step, group):
-        """The vocab-parallel chunked forward: global statistics by a few small collectives per chunk."""
-        vp = logits.shape[1]
-        N = logits.shape[0] if rows is None else rows.shape[0]
-        cdt = compute_dtype(logits.dtype)
-        rank, world = _tp_group_info(group)
-        start = rank * vp
-        ids, old, valid, new, tail_raw, lse = sparse_forward(
-            lambda r0, r1, ws: ws.chunk(logits, rows, slice(r0, r1)), N, vp, k, mass_delta, log_floor,
-            old_ids, old_lp, sampled, sampled_old_lp, step, cdt,
-            forward_chunk=partial(_vp_forward_chunk, group=group, start=start), extra_row_outputs=1,
-            workspace_width=vp + 1,
-        )  # fmt: skip
-        ctx.save_for_backward(logits, rows, ids, valid, new, tail_raw, sampled, lse)
-        ctx.log_floor, ctx.step, ctx.start = log_floor, step, start
-        ctx.mark_non_differentiable(ids, old, valid)
-        return new, tail_raw.clamp_min(log_floor), ids, old, valid
-
-    @staticmethod
-    @once_differentiable
-    @full_precision
-    def backward(ctx, g_new, g_tail, *_):
-        """∂L/∂z of this rank's vocabulary shard; no collective needed (the global LSE was saved)."""
-        logits, rows, ids, valid, new, tail_raw, sampled, lse = ctx.saved_tensors
-        if not ctx.needs_input_grad[0]:
-            return (None,) * 11
-        vp = logits.shape[1]
-        N = logits.shape[0] if rows is None else rows.shape[0]
-        grad = torch.zeros_like(logits)
-
-        def target(sl, ws):
-            return ws.get("g", sl.stop - sl.start, vp + 1)
-
-        def consume(sl, g):
-            dest = rows[sl] if rows is not None else torch.arange(sl.start, sl.stop, device=grad.device)
-            grad.index_copy_(0, dest, g.to(grad.dtype))
-
-        sparse_backward(
-            lambda sl, ws: ws.chunk(logits, rows, sl), target, consume, N, vp, ctx.step,
-            (ids, valid, new, tail_raw, sampled), g_new, g_tail, ctx.log_floor,
-            grad_chunk=partial(_vp_grad_chunk, start=ctx.start), row_extras=(lse,),
-        )  # fmt: skip
-        return grad, None, None, None, None, None, None, None, None, None, None
-
-
-def vocab_parallel_sparse_from_logits(
-    logits: torch.Tensor,
-    sampled_ids: torch.Tensor,
-    old: OldTopK,
-    old_sampled_logprob: torch.Tensor,
-    *,
-    group=None,
-    topk: int = 64,
-    mass_delta: float = 1e-5,
-    floor: float = 1e-12,
-    chunk_size: int | None = None,
-    rows: torch.Tensor | None = None,
-    old_estimate: str = "floor",
-) -> SparseSupport:
-    """:func:`troll_verl.core.sparse.troll_sparse_from_logits` for vocab-parallel logits.
+class VocabParallelStatistics(ChunkStatistics):
+    """The per-chunk statistics of this rank's vocabulary shard (see the module docstring); every other step of the
+    sparse support is :mod:`troll_verl.core.sparse`'s. Pass it as ``statistics=`` to
+    :func:`~troll_verl.core.sparse.old_topk_from_logits` and :func:`~troll_verl.core.sparse.troll_sparse_from_logits`
+    with this rank's ``(N, V/tp)`` shard (Megatron's equal partition, rank-major) and global-id inputs, identical on
+    every rank; their results are then identical on every rank, and gradients flow to this rank's shard.
 
     Args:
-        logits: ``(N, V/tp)`` this rank's vocabulary shard (Megatron's equal partition, rank-major).
-        sampled_ids, old, old_sampled_logprob: global-id inputs, identical on every TP rank.
         group: the tensor-parallel process group (None: a single shard, i.e. the full vocabulary).
-        topk, mass_delta, floor, chunk_size, rows, old_estimate: as in
-            :func:`troll_verl.core.sparse.troll_sparse_from_logits`.
-
-    Returns:
-        :class:`~troll_verl.core.sparse.SparseSupport`, identical on every TP rank; gradients flow to this rank's
-        shard.
     """
-    check_support_args(topk, mass_delta, floor)
-    vp = logits.shape[1]
-    _, world = _tp_group_info(group)
-    N = logits.shape[0] if rows is None else check_rows(rows, logits.shape[0])
-    sampled = sampled_ids.long()
-    check_sparse_inputs(N, sampled, old, old_sampled_logprob)
-    log_floor = math.log(floor)
-    step = chunk_rows(N, vp, chunk_size)
-    new, tail, ids, old_u, valid = _VocabParallelSparse.apply(
-        logits, rows, old.ids, old.logprobs, sampled, old_sampled_logprob.detach(), min(topk, vp * world),
-        mass_delta, log_floor, step, group,
-    )  # fmt: skip
-    return assemble_support(
-        new, tail, ids, old_u, valid, old, sampled, old_sampled_logprob.detach(), floor, old_estimate
-    )
 
+    dump_columns = 1  # the column that absorbs scatters of ids another rank owns
 
-@torch.no_grad()
-@full_precision
-def vocab_parallel_old_topk(
-    logits: torch.Tensor,
-    *,
-    group=None,
-    topk: int = 64,
-    mass_delta: float = 1e-5,
-    floor: float = 1e-12,
-    value_dtype: torch.dtype = torch.float32,
-    chunk_size: int | None = None,
-    rows: torch.Tensor | None = None,
-) -> OldTopK:
-    """:func:`troll_verl.core.sparse.old_topk_from_logits` for vocab-parallel logits (global ids on every rank).
+    def __init__(self, group):
+        self.group = group
+        self.rank, self.world = _tp_group_info(group)
 
-    Args and returns as there.
-    """
-    check_support_args(topk, mass_delta, floor)
-    vp = logits.shape[1]
-    rank, world = _tp_group_info(group)
-    start = rank * vp
-    k = min(topk, vp * world)
-    N = logits.shape[0] if rows is None else check_rows(rows, logits.shape[0])
-    log_floor = math.log(floor)
-    cdt = compute_dtype(logits.dtype)
-    ids = torch.empty((N, k), dtype=torch.int32, device=logits.device)
-    lps = torch.empty((N, k), dtype=value_dtype, device=logits.device)
-    tail = torch.empty((N,), dtype=cdt, device=logits.device)
-    step = chunk_rows(N, vp, chunk_size)
-    ws = Workspace(min(step, N), vp, cdt, logits.device)
-    for r0 in range(0, N, step):
-        r1 = min(r0 + step, N)
-        z = ws.chunk(logits, rows, slice(r0, r1))
-        p_full = ws.get("p", r1 - r0, vp + 1)
-        lse, _, total, topv, topi = _vp_stats(z, k, p_full, group, start)
-        lp = topv - lse[:, None]
-        keep = mass_rule_mask(lp, mass_delta)
-        safe = torch.where(keep, topi, topi[:, :1])
-        _, tail_raw = _vp_support_values(z, p_full, safe, keep, total, group, start)
-        tail[r0:r1] = tail_raw.clamp_min(log_floor)
-        ids[r0:r1] = torch.where(keep, topi, -1).int()
-        lps[r0:r1] = torch.where(keep, lp, log_floor).to(value_dtype)
-    return OldTopK(ids, lps, tail)
+    def vocab_size(self, width: int) -> int:
+        """The full vocabulary: ``width`` columns on each of the group's ranks."""
+        return width * self.world
+
+    def chunk(self, ws, logits, rows, sl):
+        """The chunk in the compute dtype (the collectives and the shard's gradient run there)."""
+        return ws.chunk(logits, rows, sl)
+
+    def grad_dtype(self, logits):
+        """The compute dtype (the gradient is rounded to the logits' dtype once, when written)."""
+        return compute_dtype(logits.dtype)
+
+    def stats(self, z, k, p):
+        """Global LSE and global top-k by collectives; ``aux`` is Σ_b exp(z_b − m) over the full vocabulary."""
+        lse, _, total, topv, topi = _vp_stats(z, k, p, self.group, self.rank * z.shape[1])
+        return lse, topv, topi, total
+
+    def support(self, z, p, lse, total, safe, valid):
+        """Global log-probs at the support ids and the tail's log-mass, by one all-reduce of the owned pieces."""
+        values, tail_raw = _vp_support_values(z, p, safe, valid, total, self.group, self.rank * z.shape[1])
+        return values - lse[:, None], tail_raw
+
+    def grad(self, z, out, coef, g_over_tail, g_new, new_lp, safe, valid, lse):
+        """∂L/∂z for this shard of one chunk, into ``out[:, :V/tp]`` (``out`` has the dump column); no collective:
+        the global LSE was saved."""
+        vp = z.shape[1]
+        grad = out[:, :vp]
+        torch.sub(z, lse[:, None], out=grad).exp_().mul_(coef[:, None])  # π_b · c_row, global normalisation
+        idx, owned = _local_index(safe, valid, self.rank * vp, vp)
+        corr = torch.where(owned, g_new - torch.exp(new_lp) * g_over_tail[:, None], 0.0)
+        out[:, vp] = 0.0
+        out.scatter_add_(1, idx, corr.to(out.dtype))
+        return grad
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -352,9 +226,9 @@ def compute_troll_old_topk(
     """
     logits = student_logits.reshape(-1, student_logits.shape[-1])
     local_rows, _ = _local_rows(data, logits.shape[0], data_format, logits.device)
-    old = vocab_parallel_old_topk(
-        logits, group=_tp_group(), topk=cfg.topk, mass_delta=cfg.mass_delta, floor=cfg.floor,
-        value_dtype=cfg.value_dtype, chunk_size=cfg.chunk_size, rows=local_rows,
+    old = old_topk_from_logits(
+        logits, topk=cfg.topk, mass_delta=cfg.mass_delta, floor=cfg.floor, value_dtype=cfg.value_dtype,
+        chunk_size=cfg.chunk_size, rows=local_rows, statistics=VocabParallelStatistics(_tp_group()),
     )  # fmt: skip
     L, k = logits.shape[0], old.ids.shape[1]
     ids = torch.full((L, k), -1, dtype=torch.int32, device=logits.device).index_copy_(0, local_rows, old.ids)
@@ -386,9 +260,11 @@ def compute_troll_token_terms(
     sampled = data["input_ids"].values().to(logits.device)[rows + 1][order]
     old = OldTopK(*(response_values(data[k], lengths)[order] for k in OLD_FIELDS))
     old_sampled = response_values(data["old_log_probs"], lengths)[order].to(torch.float32)
-    support = vocab_parallel_sparse_from_logits(
-        logits, sampled, old, old_sampled, group=_tp_group(), topk=cfg.topk, mass_delta=cfg.mass_delta,
-        floor=cfg.floor, chunk_size=cfg.chunk_size, rows=local_rows, old_estimate=cfg.old_estimate,
+    support = troll_sparse_from_logits(
+        logits, sampled, old, old_sampled, topk=cfg.topk, mass_delta=cfg.mass_delta, floor=cfg.floor,
+        chunk_size=cfg.chunk_size, rows=local_rows, old_estimate=cfg.old_estimate,
+        statistics=VocabParallelStatistics(_tp_group()),
     )  # fmt: skip
     terms, iters = troll_token_terms(support, cfg)
     return hook_outputs(terms, iters, local_rows, L, student_logits.shape[:-1])
+
