@@ -47,8 +47,8 @@ def _config(*overrides, base=()):
     return compose_config("/nonexistent", "algorithm.adv_estimator=grpo", *overrides, base=base)
 
 
-def _flash_attn(monkeypatch, present: bool) -> None:
-    monkeypatch.setattr(startup, "_importable", lambda package: present and package == "flash_attn")
+def _flash_attn(monkeypatch, present: bool, provider: str = "flash_attn") -> None:
+    monkeypatch.setattr(startup, "_importable", lambda package: present and package == provider)
 
 
 # --- the plugin: verl's own loading, mirrored -------------------------------------------------------------------
@@ -129,7 +129,7 @@ def test_prepare_refuses_before_ray_starts(monkeypatch, gpu_machine):
     monkeypatch.delenv("VERL_USE_EXTERNAL_PLUGINS")
     _flash_attn(monkeypatch, present=False)
     runnable = [o for o in CPU_OVERRIDES if "attn_implementation" not in o]  # a config verl validates, flash default
-    with pytest.raises(ValueError, match=r"flash_attn package, and it is not importable .* set \+actor_rollout_ref"):
+    with pytest.raises(ValueError, match=r"flash_attn package, and neither .* set \+actor_rollout_ref"):
         prepare(without_model_loading(_config("actor_rollout_ref.rollout.name=vllm", base=runnable)))
 
 
@@ -215,6 +215,9 @@ def test_flash_attention_without_flash_attn_is_refused_with_both_fixes(monkeypat
     startup.check_attention(_config(ACTOR_SDPA, "actor_rollout_ref.actor.use_kl_loss=True"))  # and the reference
     _flash_attn(monkeypatch, present=True)
     startup.check_attention(_config())
+    # without flash_attn, transformers fetches flash attention from the hub where the kernels package is installed
+    _flash_attn(monkeypatch, present=True, provider="kernels")
+    startup.check_attention(_config())
 
 
 def test_the_critic_needs_flash_attn_whatever_its_config_says(monkeypatch, gpu_machine):
@@ -247,7 +250,7 @@ def test_a_dry_run_reports_a_package_missing_here_but_refuses_a_bad_config(monke
     """A dry run validates a run meant for other machines: flash-attn missing *here* is a warning."""
     _flash_attn(monkeypatch, present=False)
     (warning,) = startup.check_attention(_config(), local=False)
-    assert "flash_attn package" in warning
+    assert "neither flash_attn nor kernels" in warning
     assert startup.check_attention(_config(ACTOR_SDPA), local=False) == []
     monkeypatch.setenv("VERL_PLATFORM", "cpu")
     with pytest.raises(ValueError, match="On the CPU platform"):

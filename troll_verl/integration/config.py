@@ -232,8 +232,11 @@ PLUGIN_MODULE = "troll_verl.integration.plugin"
 _CLUSTER_DOCS = "docs/install.md#clusters"
 
 FLASH_ATTENTION_2 = "flash_attention_2"
-# attention implementations that need a package of their own, and that package's import name
-_ATTENTION_PACKAGES = {FLASH_ATTENTION_2: "flash_attn"}
+# attention implementations that need a package of their own: the packages that provide it (import names). Without
+# flash_attn, transformers falls back to the hub kernel kernels-community/flash-attn2 where the `kernels` package is
+# installed (transformers' PreTrainedModel._check_and_adjust_attn_implementation).
+_ATTENTION_PACKAGES = {FLASH_ATTENTION_2: ("flash_attn", "kernels")}
+_MISSING = "neither flash_attn nor kernels (transformers' hub-kernel fallback) is importable"
 # strategies whose engine loads the model through transformers with its attn_implementation (verl's Megatron engine
 # builds attention with Megatron-Core instead)
 _HF_ATTENTION_STRATEGIES = ("fsdp", "fsdp2")
@@ -401,20 +404,20 @@ def _attention_refusal(
     # NOTE: verl 0.9.1 loads a critic with attn_implementation="flash_attention_2" written into the call
     # (verl.utils.model.load_valuehead_model), whatever the config says.
     attention = FLASH_ATTENTION_2 if critic else configured
-    package = _ATTENTION_PACKAGES.get(attention)
-    if package is None or importable(package):
+    packages = _ATTENTION_PACKAGES.get(attention)
+    if packages is None or any(importable(package) for package in packages):
         return None
     where = f"the Python that loads the model on node {_node()}"
     if critic:
         return (
             f"verl 0.9.1 loads PPO's critic with attn_implementation={FLASH_ATTENTION_2} whatever {key} says "
-            f"(verl.utils.model.load_valuehead_model), and {package} is not importable in {where}; setting it to sdpa "
+            f"(verl.utils.model.load_valuehead_model), and {_MISSING} in {where}; setting it to sdpa "
             f"is no fix for the critic. Install flash-attn on every GPU node: {_FLASH_ATTN_INSTALL}."
         )
     source = f"{key}={configured}" if "attn_implementation" in override_config else f"verl's default, {key} unset"
     return (
         f"The actor (and the reference) load with attn_implementation={configured} ({source}), which needs the "
-        f"{package} package, and it is not importable in {where}. Install flash-attn on every GPU node "
+        f"flash_attn package, and {_MISSING} in {where}. Install flash-attn on every GPU node "
         f"({_FLASH_ATTN_INSTALL}), or set {set_key} (PyTorch's attention, no extra package; keep Ulysses sequence "
         "parallelism at 1 then: verl's Ulysses patch wraps flash attention only)."
     )
@@ -422,8 +425,8 @@ def _attention_refusal(
 
 def check_attention(config, *, local: bool = True) -> list[str]:
     """Before Ray starts: refuse a run whose actor, reference or critic cannot load with its attention implementation
-    (``flash_attention_2``, verl's default, without an importable ``flash_attn``; flash attention on the CPU
-    platform), naming the fix.
+    (``flash_attention_2``, verl's default, without an importable ``flash_attn`` or ``kernels``; flash attention on the
+    CPU platform), naming the fix.
 
     Args:
         config: a full verl config.
