@@ -77,7 +77,8 @@ import subprocess
 import sys
 import time
 
-from troll_verl.tools.plotting import read_jsonl, smooth
+from troll_verl.tools.metrics_io import read_jsonl
+from troll_verl.tools.plotting import smooth
 from troll_verl.tools.quickstart import (
     MODELS,
     REWARD_KEY,

@@ -33,7 +33,8 @@ import argparse
 import os
 import sys
 
-from troll_verl.tools.plotting import PANELS, LogFormatError, ReaderUnavailableError, load_run, run_table, write_plots
+from troll_verl.tools.metrics_io import LogFormatError, ReaderUnavailableError, load_run
+from troll_verl.tools.plotting import PANELS, run_table, write_plots
 
 
 def _split_label(arg: str) -> tuple[str | None, str]:

@@ -28,12 +28,12 @@ import os
 import sys
 
 import matplotlib.figure
+import matplotlib.image
 import numpy as np
 import pytest
 
-from troll_verl.tools import plotting
-from troll_verl.tools.plotting import (
-    PANELS,
+from troll_verl.tools import metrics_io, plotting
+from troll_verl.tools.metrics_io import (
     REWARD_KEY,
     LogFormatError,
     ReaderUnavailableError,
@@ -43,9 +43,8 @@ from troll_verl.tools.plotting import (
     read_jsonl,
     read_metrics,
     read_tensorboard,
-    val_keys,
-    write_plots,
 )
+from troll_verl.tools.plotting import PANELS, val_keys, write_plots
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FIXTURES = os.path.join(ROOT, "tests", "fixtures", "runs")
@@ -245,7 +244,8 @@ def test_tensorboard_missing_is_reported_and_skipped(tmp_path, monkeypatch, caps
 
 
 def _assert_png(path: str, min_size: tuple[int, int] = (300, 400)) -> None:
-    """A PNG that decodes to at least ``min_size`` (rows, columns) pixels and is not blank (a drawn figure)."""
+    """A PNG that decodes to at least ``min_size`` (rows, columns) pixels and is not blank (what is drawn on it is
+    checked on the figure itself)."""
     import matplotlib.image
 
     with open(path, "rb") as f:
@@ -264,16 +264,43 @@ def test_cli_renders_troll_vs_clip(tmp_path, capsys):
         dst.write(src.read())
     out = tmp_path / "plots"
     cli = _load_cli()
-    code = cli.main([f"TROLL={_fixture('grpo_troll_seed0', 'log')}", str(run_dir), "--out-dir", str(out),
-                     "--smooth", "3", "--title", "GRPO seed 0"])  # fmt: skip
+    drawn = []
+    original = matplotlib.figure.Figure.savefig
+
+    def record(fig, *args, **kwargs):
+        drawn.append(fig)
+        return original(fig, *args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(matplotlib.figure.Figure, "savefig", record)
+        code = cli.main([f"TROLL={_fixture('grpo_troll_seed0', 'log')}", str(run_dir), "--out-dir", str(out),
+                         "--smooth", "3", "--title", "GRPO seed 0"])  # fmt: skip
     printed = capsys.readouterr().out
     assert code == 0, printed
     panels = ["reward", "val", "entropy", "kl", "eta", "constrained"]
     for name in [*panels, "overview"]:
         assert f"wrote {out / name}.png" in printed
         _assert_png(str(out / f"{name}.png"))
-    import matplotlib.image
-
+    # what each panel draws is each run's data: every series of every run, step by step, smoothed where the panel
+    # smooths, and each run in its own colour
+    rows = {"TROLL": read_jsonl(_fixture("grpo_troll_seed0", "jsonl")),
+            "clip_run": read_jsonl(_fixture("grpo_clip_seed0", "jsonl"))}  # fmt: skip
+    for fig, name in zip(drawn, panels, strict=False):
+        panel = PANELS[name]
+        lines = {line.get_label(): line for line in fig.axes[0].lines if not line.get_label().startswith("_")}
+        expected = {}
+        for label, run_rows in rows.items():
+            for series in panel.series(run_rows):
+                points = [(r["step"], r[series.key]) for r in run_rows if series.key in r]
+                values = [v for _, v in points]
+                expected[f"{label}: {series.name}" if series.name else label] = (
+                    [step for step, _ in points], plotting.smooth(values, 3) if panel.smoothed else values)
+        assert expected and set(lines) == set(expected), name
+        for label, (steps, values) in expected.items():
+            assert list(lines[label].get_xdata()) == steps, (name, label)
+            np.testing.assert_allclose(lines[label].get_ydata(), values, rtol=1e-6, err_msg=f"{name}: {label}")
+        colours = {label.split(":")[0]: line.get_color() for label, line in lines.items()}
+        assert len(set(colours.values())) == len(colours), name
     overview, reward = (matplotlib.image.imread(str(out / f"{n}.png")) for n in ("overview", "reward"))
     assert overview.shape[0] * overview.shape[1] > reward.shape[0] * reward.shape[1]  # every panel in one figure
     # the table: labels, formats, steps and first/last reward and validation of each run
@@ -308,7 +335,7 @@ def test_write_plots_and_quickstart_api(tmp_path):
 
     for name in ("REWARD_KEY", "VAL_KEY", "read_metrics", "run_trainer", "tiny_cpu_overrides", "plot_runs"):
         assert hasattr(quickstart, name), name
-    assert quickstart.read_metrics is plotting.read_metrics and quickstart.plot_runs is plotting.plot_runs
+    assert quickstart.read_metrics is metrics_io.read_metrics and quickstart.plot_runs is plotting.plot_runs
     runs = {"TROLL": read_metrics(_fixture("grpo_troll_seed0", "jsonl")),
             "clip (vanilla)": read_metrics(_fixture("grpo_clip_seed0", "jsonl"))}  # fmt: skip
     path = quickstart.plot_runs(runs, str(tmp_path / "curves.png"), title="GRPO on the built-in addition task")

@@ -49,7 +49,8 @@ from troll_verl.platform.cpu import CPU_ENGINE_OVERRIDES, CPU_VLLM_OVERRIDES
 from troll_verl.rollout import SEEDED_AGENT_LOOP
 
 from .lifetime import Watchdog, new_run_tag, run_env, stop_tagged, tagged_processes
-from .plotting import REWARD_KEY, plot_runs, read_metrics
+from .metrics_io import REWARD_KEY, read_metrics
+from .plotting import plot_runs
 
 __all__ = ["CPUModel", "MODELS", "cpu_run_overrides", "micro_batch_size", "tiny_cpu_overrides", "run_trainer",
            "summarize", "configured_kl_bound", "plot_runs", "read_metrics", "RunResult", "main", "REWARD_KEY",
