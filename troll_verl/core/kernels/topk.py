@@ -53,8 +53,8 @@ __all__ = ["LOW_BITS", "TopKConfig", "topk_config", "old_topk", "support_forward
 # low bits of a logit's fp32 pattern that are zero for every value of the logits' dtype (the radix select skips them)
 LOW_BITS = {torch.float32: 0, torch.bfloat16: 16, torch.float16: 13}
 _SB = 8  # support tokens per block of the tail's chunk re-read
-_RB = 32  # union candidates ranked per block
-_WARPS = 8
+_RB = 16  # union candidates ranked per block
+_WARPS = 16
 
 
 def _pow2(n: int) -> int:
@@ -74,7 +74,7 @@ class TopKConfig:
         self.KO_P2 = _pow2(max(ko, 1))
         self.C = ko + k + 1
         self.C_P2 = max(_pow2(self.C), self.K_P2)
-        self.SCR = self.KC + 2 * self.K_P2 + self.C_P2  # scratch per row: chunk ids | keys | cols | ids
+        self.SCR = self.KC + self.K_P2 + self.C_P2  # scratch per row: chunk ids | top-K positions | ids
 
 
 def topk_config(vocab: int, k: int, ko: int = 0) -> TopKConfig:
@@ -121,13 +121,9 @@ def _top_mask(keys, valid, K, LOW_BIT: tl.constexpr):
 
 
 @triton.jit
-def _rank(keys, valid, DESCENDING: tl.constexpr):
-    """Each entry's position among the valid ``keys`` (distinct) in ascending or descending order."""
-    if DESCENDING:
-        before = keys[None, :] > keys[:, None]
-    else:
-        before = keys[None, :] < keys[:, None]
-    return tl.sum((before & valid[None, :]).to(tl.int32), axis=1)
+def _rank(keys, valid):
+    """Each entry's position among the valid ``keys`` (distinct) in ascending order."""
+    return tl.sum(((keys[None, :] < keys[:, None]) & valid[None, :]).to(tl.int32), axis=1)
 
 
 @triton.jit
@@ -135,7 +131,10 @@ def _row_topk(
     z_row, cmax_row, scr_row, V, NC, K,
     KC: tl.constexpr, NC_P2: tl.constexpr, K_P2: tl.constexpr, CHUNK_: tl.constexpr, LOW_BIT: tl.constexpr,
 ):  # fmt: skip
-    """The row's top-K logits, sorted descending: ``(values (K_P2,) fp32, columns (K_P2,) int64, valid (K_P2,))``."""
+    """The row's top-K logits, sorted descending: ``(values (K_P2,) fp32, columns (K_P2,) int32, valid (K_P2,))``.
+
+    Ids and columns live in int32 registers (a vocabulary below 2^31); only row offsets are int64.
+    """
     # the KC chunks with the largest maxima, compacted through the scratch row
     c = tl.arange(0, NC_P2)
     cvalid = c < NC
@@ -146,31 +145,28 @@ def _row_topk(
     tl.store(scr_row + cpos, c.to(tl.int64), mask=csel)
     tl.debug_barrier()
     kc = tl.arange(0, KC)
-    chunk = tl.load(scr_row + kc, mask=kc < n_sel, other=0)
+    chunk = tl.load(scr_row + kc, mask=kc < n_sel, other=0).to(tl.int32)
     jj = tl.arange(0, CHUNK_)
     col = chunk[:, None] * CHUNK_ + jj[None, :]
     ok = (kc < n_sel)[:, None] & (col < V)
     x = tl.load(z_row + col, mask=ok, other=0.0).to(tl.float32)
-    keys = tl.reshape(_key(x), (KC * CHUNK_,))
-    okf = tl.reshape(ok, (KC * CHUNK_,))
-    colf = tl.reshape(col, (KC * CHUNK_,))
-    # the K largest candidates, compacted (unordered) through the scratch row, then sorted
-    sel = _top_mask(keys, okf, K, LOW_BIT)
+    # the K largest candidates: their positions in the tile compacted (unordered) through the scratch row (only the
+    # selection's keys stay live through the radix select), then their columns and logits looked up again
+    sel = _top_mask(tl.reshape(_key(x), (KC * CHUNK_,)), tl.reshape(ok, (KC * CHUNK_,)), K, LOW_BIT)
     pos = tl.cumsum(sel.to(tl.int32), axis=0) - 1
-    tl.store(scr_row + KC + pos, keys.to(tl.int64), mask=sel)
-    tl.store(scr_row + KC + K_P2 + pos, colf, mask=sel)
+    tl.store(scr_row + KC + pos, tl.arange(0, KC * CHUNK_).to(tl.int64), mask=sel)
     tl.debug_barrier()
     kk = tl.arange(0, K_P2)
     kvalid = kk < K
-    key = tl.load(scr_row + KC + kk, mask=kvalid, other=0)
-    kcol = tl.load(scr_row + KC + K_P2 + kk, mask=kvalid, other=0)
-    # by logit, then by lower column: distinct keys, ranked pairwise and placed by a one-hot reduction
-    packed = (key << 32) | (2147483647 - kcol)
-    rank = _rank(packed, kvalid, True)
+    flat = tl.load(scr_row + KC + kk, mask=kvalid, other=0).to(tl.int32)
+    kcol = tl.load(scr_row + flat // CHUNK_, mask=kvalid, other=0).to(tl.int32) * CHUNK_ + flat % CHUNK_
+    key = _key(tl.load(z_row + kcol, mask=kvalid, other=0.0).to(tl.float32))
+    # by logit, then by lower column, ranked pairwise and placed by a one-hot reduction
+    before = (key[None, :] > key[:, None]) | ((key[None, :] == key[:, None]) & (kcol[None, :] < kcol[:, None]))
+    rank = tl.sum((before & kvalid[None, :]).to(tl.int32), axis=1)
     onehot = (rank[None, :] == kk[:, None]) & kvalid[None, :]
-    packed = tl.sum(tl.where(onehot, packed[None, :], 0), axis=1)
-    vals = _unkey((packed >> 32).to(tl.int32))
-    cols = 2147483647 - (packed & 2147483647)
+    vals = _unkey(tl.sum(tl.where(onehot, key[None, :], 0), axis=1))
+    cols = tl.sum(tl.where(onehot, kcol[None, :], 0), axis=1)
     return vals, cols, kvalid
 
 
@@ -194,7 +190,7 @@ def _row_tail(
     tl.debug_barrier()  # the support ids were just written by this program
     i = tl.arange(0, S_P2)
     iv = i < count
-    sid = tl.load(sids_row + i, mask=iv, other=0)
+    sid = tl.load(sids_row + i, mask=iv, other=0).to(tl.int32)
     sch = tl.where(iv, sid // CHUNK_, -1)
     tl.store(csum_row + sch, 0.0, mask=iv)
     tl.debug_barrier()
@@ -210,10 +206,10 @@ def _row_tail(
     for b0 in range(0, count, SB):
         bi = b0 + tl.arange(0, SB)
         bv = bi < count
-        bid = tl.load(sids_row + bi, mask=bv, other=0)
+        bid = tl.load(sids_row + bi, mask=bv, other=0).to(tl.int32)
         bch = tl.where(bv, bid // CHUNK_, -1)
         has_prev = bv & (bi > 0)
-        prev = tl.load(sids_row + bi - 1, mask=has_prev, other=0)
+        prev = tl.load(sids_row + bi - 1, mask=has_prev, other=0).to(tl.int32)
         owner = bv & (bch != tl.where(has_prev, prev // CHUNK_, -1))
         # support tokens in an owner's chunk: the run of positions from it with the same chunk
         n_le = tl.sum(((sch[None, :] <= bch[:, None]) & iv[None, :]).to(tl.int32), axis=1)
@@ -224,7 +220,7 @@ def _row_tail(
         member = tl.zeros([SB, CHUNK_], dtype=tl.int32)
         for r in range(0, max_run):
             nb = bi + r
-            nid = tl.load(sids_row + nb, mask=nb < count, other=-1)
+            nid = tl.load(sids_row + nb, mask=nb < count, other=-1).to(tl.int32)
             member = member | (col == nid[:, None]).to(tl.int32)
         e = tl.where(ok & (member == 0), tl.exp(x - lse), 0.0)
         inside += tl.sum(tl.sum(e, axis=1), axis=0)
@@ -257,8 +253,8 @@ def _old_topk_kernel(
     tl.store(ids_ptr + pid64 * K + kk, tl.where(keep, cols, -1).to(tl.int32), mask=kvalid)
     tl.store(lps_ptr + pid64 * K + kk, tl.where(keep, lp, log_floor), mask=kvalid)
     # the kept ids sorted by id, for the tail
-    sids_row = scr_row + KC + 2 * K_P2
-    tl.store(sids_row + _rank(cols, keep, False), cols, mask=keep)
+    sids_row = scr_row + KC + K_P2
+    tl.store(sids_row + _rank(cols, keep), cols, mask=keep)
     count = tl.sum(keep.to(tl.int32), axis=0)
     tail = _row_tail(z_row, cmax_row, csum_row, sids_row, count, V, NC, lse, K_P2, NC_P2, SB, CHUNK_)
     tl.store(tail_ptr + pid, tl.maximum(tail, log_floor))
@@ -288,15 +284,15 @@ def _support_kernel(
     vals, cols, kvalid = _row_topk(z_row, cmax_row, scr_row, V, NC, K, KC, NC_P2, K_P2, CHUNK_, LOW_BIT)
     lp, keep = _mass_rule(vals, kvalid, lse, keep_mass, K_P2)
     # candidates: the old ids, the kept new ids, the sampled token; a duplicate keeps the most trusted source
-    sampled = tl.load(sampled_ptr + pid).to(tl.int64)
+    sampled = tl.load(sampled_ptr + pid).to(tl.int32)
     ko = tl.arange(0, KO_P2)
     kov = ko < KO
-    oid = tl.load(old_ids_ptr + pid64 * KO + ko, mask=kov, other=-1).to(tl.int64)
+    oid = tl.load(old_ids_ptr + pid64 * KO + ko, mask=kov, other=-1).to(tl.int32)
     old_ok = kov & (oid >= 0) & (oid != sampled)
     in_old = tl.sum(((cols[:, None] == oid[None, :]) & (oid >= 0)[None, :]).to(tl.int32), axis=1)
     new_ok = keep & (cols != sampled) & (in_old == 0)
     kk = tl.arange(0, K_P2)
-    cand_row = scr_row + KC + 2 * K_P2
+    cand_row = scr_row + KC + K_P2
     tl.store(cand_row + ko, tl.where(old_ok, oid, -1), mask=kov)
     tl.store(cand_row + KO + kk, tl.where(new_ok, cols, -1), mask=kvalid)
     tl.store(cand_row + KO + K, sampled)
@@ -304,7 +300,7 @@ def _support_kernel(
     # the union sorted by id (each candidate's rank among the distinct survivors), padding after it
     p = tl.arange(0, C_P2)
     pv = p < C
-    cand = tl.load(cand_row + p, mask=pv, other=-1)
+    cand = tl.load(cand_row + p, mask=pv, other=-1).to(tl.int32)
     cv = cand >= 0
     count = tl.sum(cv.to(tl.int32), axis=0)
     out_row = pid64 * C
@@ -316,7 +312,7 @@ def _support_kernel(
     sampled_lp = tl.load(sampled_old_lp_ptr + pid).to(tl.float32)
     for b0 in range(0, C, RB):
         slot = b0 + tl.arange(0, RB)
-        uid = tl.load(cand_row + slot, mask=slot < C, other=-1)
+        uid = tl.load(cand_row + slot, mask=slot < C, other=-1).to(tl.int32)
         uv = uid >= 0
         rank = tl.sum(((cand[None, :] < uid[:, None]) & cv[None, :]).to(tl.int32), axis=1)
         from_old = uv & (slot < KO)
