@@ -32,7 +32,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import numpy as np
 import pytest
 
-from troll_verl.recipes.rewards import RESULT_KEYS, Reason, compute_score, gsm8k
+from troll_verl.recipes.rewards import RESULT_KEYS, Reason, code_local, compute_score, gsm8k
 from troll_verl.recipes.rewards import code as code_reward
 from troll_verl.recipes.rewards import math as math_reward
 
@@ -253,7 +253,7 @@ def test_code_local(name, program, tests, reason, pass_rate):
     assert result["pass_rate"] == pytest.approx(pass_rate)
     assert result["score"] == result["acc"] == float(reason == Reason.CORRECT)
     # one per-test limit (plus the watchdog's grace) at most: every stopping failure ends the run
-    assert elapsed < FAST["code_timeout_s"] + code_reward._WATCHDOG_GRACE_S + SLACK_S, (name, elapsed)
+    assert elapsed < FAST["code_timeout_s"] + code_local._WATCHDOG_GRACE_S + SLACK_S, (name, elapsed)
 
 
 def test_code_continuous_partial_credit():
@@ -283,7 +283,7 @@ def test_code_no_block_bad_tests_and_infrastructure(monkeypatch):
     listed = {"fn_name": "add", "inputs": [[1, 2], [[1], [2]]], "outputs": [3, [1, 2]]}
     assert compute_score("apps", _block("def add(a, b):\n    return a + b\n"), listed, **FAST)["acc"] == 1.0
     # our own runner failing to start is an internal error, scored 0, never raised
-    monkeypatch.setattr(code_reward, "_testing_util_path", lambda: "/nonexistent/testing_util.py")
+    monkeypatch.setattr(code_local, "_testing_util_path", lambda: "/nonexistent/testing_util.py")
     result = compute_score("eurus2_code", _block("print(1)\n"), STDIN_TESTS, **FAST)
     assert (result["reason"], result["score"]) == (Reason.INTERNAL_ERROR, 0.0)
 
