@@ -72,6 +72,7 @@ TRAILERS = "Co-authored-by: Claude <noreply@anthropic.com>\n"
 MODULES_D = {
     "troll_verl/core/projection.py": "verl/trainer/troll/projection.py",
     "troll_verl/core/sparse.py": "verl/trainer/troll/sparse.py",
+    "troll_verl/core/old_side.py": "verl/trainer/troll/old_side.py",
     "troll_verl/core/layout.py": "verl/trainer/troll/layout.py",
     "troll_verl/core/terms.py": "verl/trainer/troll/terms.py",
     "troll_verl/core/losses.py": "verl/trainer/troll/losses.py",
@@ -101,7 +102,7 @@ TESTS_E = {
 EXPOSED = ("kl_bound", "alpha", "topk", "ratio_level")
 ABLATIONS = {"old_estimate": "floor", "tail": "bucket", "solver": "newton"}
 
-_SUBMODULES = "projection|sparse|layout|terms|losses|fsdp|megatron"
+_SUBMODULES = "projection|sparse|old_side|layout|terms|losses|fsdp|megatron"
 _USES_SETTINGS = ("troll_verl/core/terms.py", "troll_verl/core/fsdp/losses.py", "troll_verl/core/megatron/losses.py")
 _USES_CONFIG = ("tests/core/test_losses_on_cpu.py", "tests/integration/test_seam_on_cpu.py")
 # (pattern, replacement, the sources it must match in); regular expressions, applied to every generated file in order
@@ -163,7 +164,7 @@ def keep(test: str, branch: str):
 
 _SOLVER = [  # projection.py: Newton only (the bisection solver was a baseline)
     sub(r', "SOLVERS"\]', "]"),
-    drop("SOLVERS"),
+    sub(r"^from \.options import SOLVERS\n\n", ""),
     drop("_solve_bisection"),
     sub(r'^    solver: str = "newton",\n', ""),
     sub(r"^        solver: ``\"newton\"``.*\n.*``\"bisection\"``.*\n", ""),
@@ -176,53 +177,74 @@ _SOLVER = [  # projection.py: Newton only (the bisection solver was a baseline)
     sub(r"kl_bound, solver, max_iter, tol, eta_max\):", "kl_bound, max_iter, tol, eta_max):"),
     keep("solver == 'newton'", "body"),
     sub(r"return \(None,\) \* 8", "return (None,) * 7"),
-    sub(r" \(review finding 3\)", ""),
     sub(r"(return grad\.reshape\(new\.shape\)), None, None, None, None, None, None, None$", r"\1" + ", None" * 6),
 ]
 _OLD_ESTIMATE = [  # sparse.py: the paper's floor for union tokens the old pass did not store
-    sub(r'^    "OLD_ESTIMATES",\n', ""),
     sub(r'^    "check_old_estimate",\n', ""),
-    drop("OLD_ESTIMATES"),
-    drop("check_old_estimate"),
+    sub(r"^from \.options import check_old_estimate\n", ""),
     sub(r"probability \(default\n  1e-12, ``old_estimate=\"floor\"``\) or an estimate from what the old pass did store "
-        r"\(``\"upper\"``,\n  ``\"proportional\"``; :func:`old_side_estimate` derives them\)\.",
-        "probability (default\n  1e-12)."),
+        r"\(``\"upper\"``,\n  ``\"proportional\"``; :func:`~troll_verl\.core\.old_side\.old_side_estimate` "
+        r"derives them\)\.",
+        "probability (default\n  1e-12, :func:`~troll_verl.core.old_side.old_side_estimate`)."),
     sub(r"; the ``upper`` estimate puts them at or above it, so the sparse KL can fall slightly below\.", "."),
+    sub(r", old_estimate: str = \"floor\"\n\) -> SparseSupport:", "\n) -> SparseSupport:"),
+    sub(r"floor, old_estimate\)\n", "floor)\n"),
+    sub(r'^    old_estimate: str = "floor",\n', ""),
+    sub(r"^        old_estimate: one of .*\n", ""),
+    sub(r"^        old_estimate: old-side value .*\n.*\n", ""),
+    sub(r"^    check_old_estimate\(old_estimate\)\n", ""),
+    sub(r"floor, old_estimate\n    \)", "floor\n    )"),
+    # the package's measurements are not in verl
+    sub(r"median 2\.6×, ``docs/\n  benchmarks\.md``\)", "median 2.6×)"),
+    sub(r"at no extra time on the lean path \(``docs/benchmarks\.md``\)\.", "at no extra time on the lean path."),
+]
+_OLD_SIDE = [  # old_side.py: the floor only
+    sub(r"gives it one \(the paper's floor, or an estimate bounded by what was stored\) and takes its mass out",
+        "gives it the paper's floor and takes its mass out"),
     sub(r"floor, estimate\):\n", "floor):\n"),
     sub(r"^    - ``upper``: .*\n(?:      .*\n)*    - ``proportional``: .*\n(?:      .*\n)*", ""),
     sub(r"Either way the tokens' mass is taken out of the old tail bucket, so the old distribution over S \+ 1 still "
         r"sums\n    to one; where it would go negative the estimates are scaled down to fit \(and never below "
         r"``floor``\)\.",
         "Their mass is taken out of the old tail bucket, so the old distribution over S + 1 still sums to one."),
+    sub(r" estimate: one of :data:`~troll_verl\.core\.options\.OLD_ESTIMATES`\.", ""),
     keep("estimate == 'floor'", "body"),
-    sub(r", old_estimate: str = \"floor\"\n\) -> SparseSupport:", "\n) -> SparseSupport:"),
-    sub(r"floor, old_estimate\)\n", "floor)\n"),
-    sub(r'^    old_estimate: str = "floor",\n', ""),
-    sub(r"^        old_estimate: old-side value .*\n.*\n", ""),
-    sub(r"^    check_old_estimate\(old_estimate\)\n", ""),
-    sub(r"floor, old_estimate\n    \)", "floor\n    )"),
-    # the package's measurements and review notes are not in verl
-    sub(r"median 2\.6×, ``docs/\n  benchmarks\.md``\)", "median 2.6×)"),
-    sub(r" \(``docs/benchmarks\.md``, review finding 6\)", ""),
     sub(r"are inside the ball \(``docs/benchmarks\.md``\)\.", "are inside the ball."),
 ]
+_STOCK_ENGINE = [  # the fact about verl 0.9's engines that only the plugin's stock-verl route reads
+    sub(r'^    "STOCK_ENGINE_KEEPS_ROWS",\n', ""),
+    drop("STOCK_ENGINE_KEEPS_ROWS"),
+]
 EDITS = {
-    "troll_verl/core/config.py": [sub(r"^from \.sparse import OLD_ESTIMATES\n", "")],
+    "troll_verl/core/config.py": [  # the ablation switches' validation goes with them (troll_config)
+        sub(r"^from \.options import OLD_ESTIMATES, RATIO_LEVELS, SOLVERS, TAILS\n", ""),
+        sub(r'self\._choice\("ratio_level", RATIO_LEVELS\)', 'self._choice("ratio_level", ("token", "sequence"))'),
+    ],
     "troll_verl/core/projection.py": _SOLVER,
     "troll_verl/core/sparse.py": _OLD_ESTIMATE,
-    # loss "troll" is registered in core_algos (prD/verl.diff), whose spec names the hooks lazily
-    "troll_verl/core/losses.py": [drop("TROLL_SPEC_FIELDS"), sub(r'^    "TROLL_SPEC_FIELDS",\n', "")],
+    "troll_verl/core/old_side.py": _OLD_SIDE,
+    # loss "troll" is registered in core_algos (prD/verl.diff), whose spec names the hooks lazily; verl's own ppo_loss
+    # decides the loss metrics' aggregation there too, and no engine needs the stock-verl route's fact
+    "troll_verl/core/losses.py": [
+        drop("TROLL_SPEC_FIELDS"),
+        sub(r'^    "TROLL_SPEC_FIELDS",\n', ""),
+        sub(r" NOTE: verl's ``ppo_loss`` \(``workers/utils/losses\.py``\) decides this for\n    ``actor/pg_loss`` and hands "
+            r"a policy loss no such decision, so this mirrors its rule \(a declared mirror: the\n    plugin's compat module "
+            r"checks verl still has it\)\.", " As ``ppo_loss`` decides for ``actor/pg_loss``."),
+        sub(r", and the one engine fact the stock-verl route needs\.\n\n    Attributes:\n(?:        .*\n)+    \"\"\"\n\n"
+            r"    STOCK_ENGINE_KEEPS_ROWS: bool\n", '.\n    """\n'),
+    ],
     "troll_verl/core/terms.py": [  # the tail is always a differentiable bucket (the paper's renormalisation dropped)
         keep("cfg.tail == 'renormalize'", "none"),
         sub(r"^        solver=cfg\.solver,\n", ""),
     ],
-    "troll_verl/core/fsdp/losses.py": [sub(r", old_estimate=cfg\.old_estimate,", ",")],
-    "troll_verl/core/megatron/losses.py": [
-        sub(r'^    old_estimate: str = "floor",\n', ""),
-        sub(r", rows, old_estimate: as in", ", rows: as in"),
-        sub(r"floor, old_estimate\n    \)", "floor\n    )"),
+    "troll_verl/core/fsdp/losses.py": [
         sub(r", old_estimate=cfg\.old_estimate,", ","),
+        *_STOCK_ENGINE,
+        sub(r'^    "stock_engine_old_rows",\n', ""),
+        drop("stock_engine_old_rows"),
     ],
+    "troll_verl/core/megatron/losses.py": [sub(r", old_estimate=cfg\.old_estimate,", ","), *_STOCK_ENGINE],
     "tests/core/test_projection_on_cpu.py": [
         sub(r'^@pytest\.mark\.parametrize\("solver", \["newton", "bisection"\]\)\n', ""),
         sub(r"test_matches_brute_force_float64\(scale, solver\)", "test_matches_brute_force_float64(scale)"),
@@ -275,10 +297,7 @@ EDITS = {
     ],
 }
 # D without the Megatron backend (PR E adds it)
-NO_MEGATRON = [
-    sub(r'^        case "megatron":\n            from \.megatron import losses\n', ""),
-    sub(r"TROLL supports actor strategies fsdp, fsdp2 and megatron", "TROLL supports actor strategies fsdp and fsdp2"),
-]
+NO_MEGATRON = [sub(r', "megatron": "megatron"\}', "}")]
 
 
 def _definitions(tree: ast.AST, name: str) -> list[ast.stmt]:
