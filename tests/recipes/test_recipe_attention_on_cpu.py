@@ -87,3 +87,9 @@ def test_the_recorded_command_passes_the_dry_run(tmp_path, monkeypatch):
         assert proc.returncode == 0, proc.stderr
         assert dry_run_command(argv[2:]) == 0
     assert len(seen) == 2 and seen[0] == [] and "neither flash_attn nor kernels" in seen[1][0]
+
+
+def test_the_readme_documents_the_knob():
+    readme = (RECIPE / "README.md").read_text()
+    row = next(line for line in readme.splitlines() if line.startswith("| `ATTN_IMPLEMENTATION` |"))
+    assert "`sdpa`" in row and "flash_attention_2" in row and "critic" in row and "Megatron" in row

@@ -21,6 +21,8 @@ Pages: ``README.md``, ``docs/*.md`` and ``recipe/troll/README.md``. Checked:
 - every metric they name, ``troll/<name>`` or ``actor/troll/<name>``, is a string the package logs: the loss's
   metrics (which verl prefixes with ``actor/``) in ``troll_verl/core`` and ``troll_verl/integration/loss_fn.py``, the
   trainer's (no prefix) elsewhere; an ``actor/troll/`` name must be one of the loss's;
+- every Hydra key they quote in code (``actor_rollout_ref.…``, ``critic.…``, ``ray_kwargs.…``, ...) is a key of
+  ``python -m troll_verl.main``'s config, or one Hydra can add where it is quoted with ``+``;
 - every ``scripts/<name>.py <arguments>`` command line parses with that script's own parser (``build_parser()``),
   except the removed ``bench_rollout.py`` that benchmarks.md quotes as history;
 - every relative link and image resolves, and every ``#anchor`` is a heading of its target (GitHub's slug rules).
@@ -29,6 +31,8 @@ Pages: ``README.md``, ``docs/*.md`` and ``recipe/troll/README.md``. Checked:
 from __future__ import annotations
 
 import contextlib
+import functools
+import importlib.util
 import io
 import re
 import shlex
@@ -37,6 +41,7 @@ from dataclasses import MISSING, fields
 from pathlib import Path
 
 import pytest
+import yaml
 
 from troll_verl.testing import load_script
 
@@ -166,6 +171,81 @@ def test_the_readme_table_covers_every_troll_key():
 
     documented = {key for key, _ in _config_table_rows(_text(ROOT / "README.md"))}
     assert {f.name for f in fields(TrollConfig) if f.name != "_target_"} | {"loss_mode"} <= documented
+
+
+# verl's and TROLL's top-level config sections, where a quoted Hydra key starts
+_HYDRA_KEY = re.compile(
+    r"(?:^|(?<=[\s'\"(=]))(\+{0,2})((?:actor_rollout_ref|critic|ray_kwargs|trainer|algorithm|data|reward|distillation)"
+    r"(?:\.[A-Za-z_]\w*)+)"
+)
+
+
+@functools.cache
+def _configs() -> tuple[dict, dict]:
+    """As plain data, interpolations unresolved: troll_trainer.yaml (``python -m troll_verl.main``'s config: verl's
+    ppo_trainer plus TROLL's keys) and verl's own ppo_trainer (``verl.trainer.main_ppo``'s)."""
+    from omegaconf import OmegaConf
+
+    from troll_verl.testing.verl_engine import compose_config
+
+    troll = OmegaConf.to_container(compose_config("/nonexistent", base=()), resolve=False)
+    verl_dir = Path(importlib.util.find_spec("verl").submodule_search_locations[0])
+    return troll, yaml.safe_load((verl_dir / "trainer" / "config" / "_generated_ppo_trainer.yaml").read_text())
+
+
+def _lookup(config: dict, key: str) -> tuple[bool, str | None]:
+    """Whether ``key`` is in ``config``, and where it first leaves it (the missing part; None where it is in)."""
+    node, parts = config, key.split(".")
+    for depth, part in enumerate(parts):
+        if not isinstance(node, dict):
+            return False, f"{'.'.join(parts[:depth])} is not a mapping"
+        if part not in node:
+            return False, f"no {part!r} in {'.'.join(parts[:depth])}"
+        node = node[part]
+    return True, None
+
+
+def _hydra_key_problem(configs: tuple[dict, dict], plus: str, key: str) -> str | None:
+    """Why ``<plus><key>`` cannot be set as the docs quote it (None: it can). Without ``+`` it must be a key of
+    troll_trainer.yaml. ``+`` adds a key below an existing mapping, so its parent must be in troll_trainer.yaml; and
+    Hydra refuses ``+`` for a key that exists, so it must not be in verl's ppo_trainer (on which the docs' ``+`` lines,
+    like ``+...policy_loss.kl_bound``, run). ``++`` sets or adds."""
+    troll, verl = configs
+    found, where = _lookup(troll, key)
+    if not plus:
+        return where
+    if plus == "+" and _lookup(verl, key)[0]:
+        return f"{key} is in verl's config: Hydra refuses '+' for it (drop the '+', or '++')"
+    if found or where.startswith("no "):
+        return None
+    return where
+
+
+def test_the_hydra_key_check_sees_what_hydra_refuses():
+    troll, verl = {"a": {"b": {"c": 1, "k": 2}, "d": "x"}}, {"a": {"b": {"c": 1}, "d": "x"}}
+    configs = (troll, verl)
+    assert _hydra_key_problem(configs, "", "a.b.c") is None and _hydra_key_problem(configs, "+", "a.b.e.f") is None
+    assert _hydra_key_problem(configs, "", "a.b.e") == "no 'e' in a.b"
+    assert "in verl's config" in _hydra_key_problem(configs, "+", "a.b.c")
+    assert _hydra_key_problem(configs, "++", "a.b.c") is None and _hydra_key_problem(configs, "+", "a.b.k") is None
+    assert "not a mapping" in _hydra_key_problem(configs, "+", "a.d.e")
+    assert _HYDRA_KEY.findall("+actor_rollout_ref.model.override_config.attn_implementation=sdpa and x.critic.y") == [
+        ("+", "actor_rollout_ref.model.override_config.attn_implementation")
+    ]
+
+
+@pytest.mark.parametrize("page", PAGES, ids=_page_id)
+def test_every_quoted_hydra_key_exists(page):
+    """A Hydra key the docs quote in code (``actor_rollout_ref.…``, ``critic.…``, ``ray_kwargs.…``, ...) is a key of
+    ``python -m troll_verl.main``'s config, or, quoted with ``+``, one Hydra can add."""
+    configs = _configs()
+    problems = [
+        f"{plus}{key}: {problem}"
+        for snippet in _code_snippets(_text(page))
+        for plus, key in _HYDRA_KEY.findall(snippet)
+        if (problem := _hydra_key_problem(configs, plus, key)) is not None
+    ]
+    assert not problems, f"{_page_id(page)}:\n" + "\n".join(sorted(set(problems)))
 
 
 # ---------------------------------------------------------------------------------------------------------------------
