@@ -24,6 +24,7 @@ from omegaconf import OmegaConf
 from verl.workers.config import FSDPEngineConfig, McoreEngineConfig
 
 from troll_verl.tools import dry_run as dr
+from troll_verl.tools import verl_startup_checks
 
 
 @pytest.mark.parametrize("value, expected", [("1", True), ("true", True), (" YES ", True), ("0", False), ("", False)])
@@ -67,7 +68,7 @@ def test_infer_variant(args, variant):
 
 def _startup(n_gpus=8, rollout_tp=2, engine=None, batch=256, mini=32, budget=4096, longest=(1024, 2048),
              critic=None, per_node=None):  # fmt: skip
-    """_check_startup's inputs with stand-ins for the dataclasses (only the fields it reads)."""
+    """check_startup's inputs with stand-ins for the dataclasses (only the fields it reads)."""
     config = OmegaConf.create(
         {
             "trainer": {"n_gpus_per_node": n_gpus, "nnodes": 1},
@@ -83,7 +84,7 @@ def _startup(n_gpus=8, rollout_tp=2, engine=None, batch=256, mini=32, budget=409
         tensor_model_parallel_size=rollout_tp, data_parallel_size=1, pipeline_model_parallel_size=1,
         n_gpus_per_node=per_node or n_gpus,
     )  # fmt: skip
-    return dr._check_startup(config, actor, rollout, use_ref=False, critic=critic)
+    return verl_startup_checks.check_startup(config, actor, rollout, use_ref=False, critic=critic)
 
 
 def test_check_startup_accepts_the_recipe_defaults():
@@ -156,7 +157,7 @@ def test_the_copies_of_verls_inline_checks_still_match_verls_source():
     one of them this fails, so the copy is revisited instead of drifting."""
     import verl
 
-    from troll_verl.tools.dry_run import VERL_INLINE_CHECKS
+    from troll_verl.tools.verl_startup_checks import VERL_INLINE_CHECKS
 
     root = Path(verl.__file__).parent.parent
     for relative, statements in VERL_INLINE_CHECKS.items():
