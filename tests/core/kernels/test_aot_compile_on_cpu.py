@@ -49,7 +49,7 @@ def _check(report: list[dict], kernels: set[str]) -> None:
     assert all(0 < r["REG"] <= 255 for r in report)
 
 
-KERNELS = {"stats", "old_topk", "support", "grad"}
+KERNELS = {"stats", "old_topk", "support", "grad", "project_fwd", "project_bwd"}
 
 
 def test_every_kernel_compiles_for_sm90_without_spills_at_the_largest_tiles():
@@ -57,7 +57,8 @@ def test_every_kernel_compiles_for_sm90_without_spills_at_the_largest_tiles():
     chunks), with ``rows=`` as the engines call it."""
     report = _compile("--vocabs", "151936", "--rows", "yes")
     _check(report, KERNELS)
-    assert len(report) == 3 * (2 + 2 + 2)  # dtypes x (stats x2, old_topk and support, grad with and without tail)
+    # dtypes x (stats x2, old_topk and support, grad with and without tail), projection and terms x (fwd, bwd)
+    assert len(report) == 3 * (2 + 2 + 2) + 2 * 2
 
 
 @pytest.mark.slow

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 import torch
 import triton
 
-from . import grad, stats, topk
+from . import grad, projection, stats, topk
 
 __all__ = ["KernelSpec", "specializations", "compile_spec", "resource_usage", "compile_report", "SPEC_VOCABS", "DTYPES"]
 
@@ -115,11 +115,30 @@ def _grad_specs(dtype, c: int, has_tail: bool, rows) -> list[KernelSpec]:
     return out
 
 
+def _projection_specs(width: int) -> list[KernelSpec]:
+    s_p2, block_r = projection._config(width)
+    out = []
+    for terms in (False, True):
+        constexprs = dict(HAS_MASK=True, TERMS=terms, BLOCK_R=block_r, S_P2=s_p2)
+        types = dict(new_ptr="*fp32", old_ptr="*fp32", mask_ptr="*u8", idx_ptr="*i32", out_ptr="*fp32",
+                     eta_ptr="*fp32", klb_ptr="*fp32", kla_ptr="*fp32", proj_ptr="*u8", w_ptr="*fp32",
+                     iters_ptr="*i32", plp_ptr="*fp32", lp_ptr="*fp32", reg_ptr="*fp32", R="i32", S="i32",
+                     target_base="fp32", ulps_eps="fp32", half_bound="fp32", u_min="fp32", max_iter="i32", tol="fp32",
+                     trust_phi="fp32", phi_conv="fp32", tiny="fp32", g_ptr="*fp32", gplp_ptr="*fp32",
+                     glp_ptr="*fp32", greg_ptr="*fp32", grad_ptr="*fp32")  # fmt: skip
+        for kern, name in ((projection._project_fwd_kernel, "project_fwd"), (projection._project_bwd_kernel,
+                                                                              "project_bwd")):  # fmt: skip
+            out.append(KernelSpec(f"{name}[S={width}, terms={terms}]", kern,
+                                  _signature(kern, {k: v for k, v in types.items() if k in kern.arg_names}, constexprs),
+                                  constexprs, projection._WARPS))  # fmt: skip
+    return out
+
+
 def specializations(dtypes=None, vocabs=SPEC_VOCABS, topks=(64,), rows=(False, True)) -> list[KernelSpec]:
     """The specialisations the entry points launch for these logits dtypes, vocabularies, top-Ks (old and new top-K
     alike) and row selections (``rows=`` given or not): statistics, old top-K, support, backward with the union
-    (TROLL) and with one token (clip). The register tiles grow with the top-K and the vocabulary's chunk count, so
-    the largest of each bounds the rest."""
+    (TROLL) and with one token (clip), and the projection and token terms (fp32, on the union plus the tail). The
+    register tiles grow with the top-K and the vocabulary's chunk count, so the largest of each bounds the rest."""
     specs = []
     for dtype in tuple(DTYPES.values()) if dtypes is None else dtypes:
         specs += _stats_specs(dtype, rows)
@@ -128,6 +147,8 @@ def specializations(dtypes=None, vocabs=SPEC_VOCABS, topks=(64,), rows=(False, T
                 specs += _topk_specs(dtype, vocab, k, k, rows)
             specs += _grad_specs(dtype, 2 * k + 1, True, rows)
         specs += _grad_specs(dtype, 1, False, rows)
+    for k in topks:
+        specs += _projection_specs(2 * k + 2)
     return specs
 
 

@@ -1,0 +1,425 @@
+# Copyright 2026 The troll-verl authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""The per-token KL projection (TROLL §1–§3) and TROLL's per-token terms (§4) as two kernels each way.
+
+Forward, one program per block of rows × the support padded to a power of two, all in registers: the renormalisation,
+KL(π̃ ‖ π_old), the row's target (ε less the same relative and rounding margins), and for rows above it the
+safeguarded Newton solve in ``u = log w`` with the same bracket, trust rule, convergence test and iteration cap as
+:mod:`troll_verl.core.projection`; then the projected log-probs and ``kl_after`` recomputed from the returned values.
+Backward: the closed-form implicit gradient (TROLL §3) from the saved ``w``, recomputing the rest.
+
+:func:`troll_token_terms` fuses the terms of :func:`troll_verl.core.terms.troll_token_terms` into the same two
+kernels: forward also gathers ``log π(o_t)`` and ``log π̃(o_t)`` and sums the regression ``KL(π̃ ‖ sg π)``; backward
+chains their gradients through the projection's (a one-hot upstream gradient at the sampled token) and adds the
+regression's ``π̃_a (log π̃_a − log π_a + 1)`` and the sampled log-prob's own.
+
+NOTE: the torch solver iterates every projected row of the call until the slowest has converged; here a block of rows
+iterates until its slowest has. Rows that converged keep taking (tiny) Newton steps in both, so the two agree to
+rounding, and every row meets the same convergence test and margins. ``num_iters`` is the largest block's count, a
+0-d tensor (reading it is a device sync).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import triton
+import triton.language as tl
+from torch.autograd.function import once_differentiable
+
+from ..projection import ProjectionResult, full_precision
+from ..projection import project as torch_project
+from ..terms import TrollTokenTerms
+
+__all__ = ["KLProjection", "TokenTerms", "project", "troll_token_terms", "SOLVER_CONSTANTS"]
+
+# The torch solver's constants for fp32 (troll_verl.core.projection; a test checks they agree): relative target
+# margin, rounding margin in units of eps·max|log p|, default step tolerance in log w, the Newton trust threshold on
+# log(KL / target) and the |log(KL / target)| that counts as converged.
+SOLVER_CONSTANTS = dict(target_margin=2e-5, margin_ulps=4.0, tol=1e-4, trust_phi=-math.log(1e4), phi_converged=1e-2)
+_EPS = float(torch.finfo(torch.float32).eps)
+_TINY = float(torch.finfo(torch.float32).tiny)
+_BLOCK_ELEMS = 2048  # rows × padded support per program
+_WARPS = 4
+
+
+@triton.jit
+def _prepare(new_ptr, old_ptr, mask_ptr, r, S, HAS_MASK: tl.constexpr, S_P2: tl.constexpr):
+    """Rows ``r`` (BLOCK_R,): ``(ln raw, valid, lo − LSE(lo), s, kl0, row_ok)`` as in ``projection._prepare``."""
+    c = tl.arange(0, S_P2)
+    inb = (r[:, None] >= 0) & (c < S)[None, :]
+    off = r.to(tl.int64)[:, None] * S + c[None, :]
+    ln = tl.load(new_ptr + off, mask=inb, other=0.0).to(tl.float32)
+    lo = tl.load(old_ptr + off, mask=inb, other=0.0).to(tl.float32)
+    if HAS_MASK:
+        valid = inb & (tl.load(mask_ptr + off, mask=inb, other=0) != 0)
+    else:
+        valid = inb
+    ln_m = tl.where(valid, ln, float("-inf"))
+    lo_m = tl.where(valid, lo, float("-inf"))
+    m_n = tl.max(ln_m, axis=1)
+    m_n = tl.where(m_n == float("-inf"), 0.0, m_n)
+    e_n = tl.exp(ln_m - m_n[:, None])
+    z_n = tl.sum(e_n, axis=1)
+    m_o = tl.max(lo_m, axis=1)
+    m_o = tl.where(m_o == float("-inf"), 0.0, m_o)
+    lse_o = m_o + tl.log(tl.sum(tl.exp(lo_m - m_o[:, None]), axis=1))
+    s = tl.where(valid, (ln - lo) - (m_n + tl.log(z_n) - lse_o)[:, None], 0.0)
+    kl0 = tl.sum(e_n * s, axis=1) / z_n
+    row_ok = (kl0 == kl0) & (tl.abs(kl0) < float("inf")) & (tl.sum(valid.to(tl.int32), axis=1) > 0)
+    return ln, valid, lo - lse_o[:, None], s, kl0, row_ok
+
+
+@triton.jit
+def _moments(lo_n, sc, valid, w):
+    """``(x, log Z, E_w[sc], Var_w(sc))`` of ``π_w ∝ π_old · exp(w · sc)`` per row (TROLL §2)."""
+    x = tl.where(valid, lo_n + sc * w[:, None], float("-inf"))
+    m = tl.max(x, axis=1)
+    m = tl.where(m == float("-inf"), 0.0, m)
+    e = tl.exp(x - m[:, None])
+    z = tl.sum(e, axis=1)
+    es = tl.sum(e * sc, axis=1) / z
+    var = tl.maximum(tl.sum(e * sc * sc, axis=1) / z - es * es, 0.0)
+    return x, m + tl.log(z), es, var
+
+
+@triton.jit
+def _project_rows(
+    new_ptr, old_ptr, mask_ptr, r, S, target_base, ulps_eps, half_bound, u_min, max_iter, tol, trust_phi, phi_conv,
+    tiny, HAS_MASK: tl.constexpr, S_P2: tl.constexpr,
+):  # fmt: skip
+    """Solve a block of rows: ``(ln, valid, lp, w, kl0, kl_after, projected, bad, iters)``."""
+    ln, valid, lo_n, s, kl0, row_ok = _prepare(new_ptr, old_ptr, mask_ptr, r, S, HAS_MASK, S_P2)
+    # the row's target (projection._row_target): the aim and the inside/outside test
+    min_lo = tl.min(tl.where(valid & (tl.abs(lo_n) < float("inf")), lo_n, 0.0), axis=1)
+    mag = -(min_lo + tl.minimum(tl.min(s, axis=1), 0.0))
+    target = tl.maximum(target_base - ulps_eps * mag, half_bound)
+    projected = row_ok & (kl0 > target)
+    # safeguarded Newton on φ(u) = log KL(π_w ‖ π_old) − log target in u = log w (projection._solve_newton)
+    sc = s - kl0[:, None]
+    log_t = tl.log(target)
+    kl0_safe = tl.where(projected, kl0, 1.0)
+    u = tl.minimum(tl.maximum(0.5 * (log_t - tl.log(kl0_safe)), u_min), 0.0)
+    lo_b = tl.zeros_like(u) + u_min
+    hi_b = tl.zeros_like(u)
+    it = tl.full([], 0, tl.int32)
+    go = tl.sum(projected.to(tl.int32), axis=0) > 0
+    while go:
+        it += 1
+        w = tl.exp(u)
+        _, log_z, es, var = _moments(lo_n, sc, valid, w)
+        kl = tl.maximum(w * es - log_z, tiny)
+        phi = tl.log(kl) - log_t
+        feas = phi <= 0
+        lo_b = tl.where(feas, u, lo_b)
+        hi_b = tl.where(feas, hi_b, u)
+        u_new = u - phi * kl / tl.maximum(w * w * var, tiny)
+        outside = ((u_new >= lo_b) & (u_new <= hi_b)) == 0  # also catches NaN
+        u_new = tl.where(outside | (phi < trust_phi), 0.5 * (lo_b + hi_b), u_new)
+        done = ((tl.abs(u_new - u) <= tol) & (tl.abs(phi) <= phi_conv)) | (hi_b - lo_b <= tol)
+        u = tl.where(projected, u_new, u)
+        go = (it < max_iter) & (tl.sum((projected & (done == 0)).to(tl.int32), axis=0) > 0)
+    w = tl.where(projected, tl.exp(u), 1.0)
+    x, log_z, es, _ = _moments(lo_n, sc, valid, w)
+    lp = x - log_z[:, None]
+    kl_after = tl.where(projected, w * es - log_z, kl0)
+    if HAS_MASK:
+        bad = (row_ok == 0) & (tl.sum(valid.to(tl.int32), axis=1) > 0)  # rows without support stay unchanged
+    else:
+        bad = row_ok == 0
+    return ln, valid, lp, w, kl0, kl_after, projected, bad, it
+
+
+@triton.jit
+def _project_fwd_kernel(
+    new_ptr, old_ptr, mask_ptr, idx_ptr, out_ptr, eta_ptr, klb_ptr, kla_ptr, proj_ptr, w_ptr, iters_ptr,
+    plp_ptr, lp_ptr, reg_ptr, R, S, target_base, ulps_eps, half_bound, u_min, max_iter, tol, trust_phi, phi_conv,
+    tiny, HAS_MASK: tl.constexpr, TERMS: tl.constexpr, BLOCK_R: tl.constexpr, S_P2: tl.constexpr,
+):  # fmt: skip
+    """A block of rows: the projection's outputs (``TERMS``: the token terms instead of the log-probs)."""
+    pid = tl.program_id(0)
+    rr = pid * BLOCK_R + tl.arange(0, BLOCK_R)
+    rv = rr < R
+    r = tl.where(rv, rr, -1)
+    ln, valid, lp, w, kl0, kl_after, projected, bad, it = _project_rows(
+        new_ptr, old_ptr, mask_ptr, r, S, target_base, ulps_eps, half_bound, u_min, max_iter, tol, trust_phi,
+        phi_conv, tiny, HAS_MASK, S_P2,
+    )  # fmt: skip
+    out = tl.where(projected[:, None] & valid, lp, ln)  # rows inside the ball and masked entries pass through
+    out = tl.where(bad[:, None], float("nan"), out)
+    eta = tl.where(bad, float("nan"), 1.0 / w - 1.0)
+    klb = tl.where(bad, float("nan"), kl0)
+    kla = tl.where(bad, float("nan"), kl_after)
+    c = tl.arange(0, S_P2)
+    r64 = rr.to(tl.int64)
+    if TERMS:
+        # TROLL §4 (terms.troll_token_terms): log π(o_t), log π̃(o_t), KL(π̃ ‖ sg π) on projected rows
+        idx = tl.load(idx_ptr + rr, mask=rv, other=0)
+        at = c[None, :] == idx[:, None]
+        tl.store(plp_ptr + rr, tl.sum(tl.where(at, out, 0.0), axis=1), mask=rv)
+        tl.store(lp_ptr + rr, tl.sum(tl.where(at, ln, 0.0), axis=1), mask=rv)
+        reg_on = valid & projected[:, None]
+        reg = tl.sum(tl.where(reg_on, tl.exp(ln) * (ln - out), 0.0), axis=1)
+        tl.store(reg_ptr + rr, reg, mask=rv)
+        eta = tl.where(projected, eta, 0.0)
+    else:
+        tl.store(out_ptr + r64[:, None] * S + c[None, :], out, mask=rv[:, None] & (c < S)[None, :])
+    tl.store(eta_ptr + rr, eta, mask=rv)
+    tl.store(klb_ptr + rr, klb, mask=rv)
+    tl.store(kla_ptr + rr, kla, mask=rv)
+    tl.store(proj_ptr + rr, projected.to(tl.uint8), mask=rv)
+    tl.store(w_ptr + rr, tl.where(bad, float("nan"), w), mask=rv)
+    tl.store(iters_ptr + pid, it)
+
+
+@triton.jit
+def _project_bwd_kernel(
+    new_ptr, old_ptr, mask_ptr, idx_ptr, w_ptr, proj_ptr, g_ptr, gplp_ptr, glp_ptr, greg_ptr, grad_ptr, R, S, tiny,
+    HAS_MASK: tl.constexpr, TERMS: tl.constexpr, BLOCK_R: tl.constexpr, S_P2: tl.constexpr,
+):  # fmt: skip
+    """∂L/∂log π̃ for a block of rows (TROLL §3); ``TERMS``: upstream gradients of the token terms per row."""
+    pid = tl.program_id(0)
+    rr = pid * BLOCK_R + tl.arange(0, BLOCK_R)
+    rv = rr < R
+    r = tl.where(rv, rr, -1)
+    ln, valid, lo_n, s, kl0, row_ok = _prepare(new_ptr, old_ptr, mask_ptr, r, S, HAS_MASK, S_P2)
+    c = tl.arange(0, S_P2)
+    r64 = rr.to(tl.int64)
+    inb = rv[:, None] & (c < S)[None, :]
+    w = tl.load(w_ptr + rr, mask=rv, other=1.0)
+    projected = tl.load(proj_ptr + rr, mask=rv, other=0) != 0
+    if TERMS:
+        idx = tl.load(idx_ptr + rr, mask=rv, other=0)
+        at = c[None, :] == idx[:, None]
+        g = tl.where(at, tl.load(gplp_ptr + rr, mask=rv, other=0.0)[:, None], 0.0)
+    else:
+        g = tl.load(g_ptr + r64[:, None] * S + c[None, :], mask=inb, other=0.0).to(tl.float32)
+    # π_w at the solution (the uncentred s gives the same distribution), E[s], Var(s), c = Σ G (s − E[s])
+    x = tl.where(valid, lo_n + s * w[:, None], float("-inf"))
+    m = tl.max(x, axis=1)
+    m = tl.where(m == float("-inf"), 0.0, m)
+    e = tl.exp(x - m[:, None])
+    p = e / tl.sum(e, axis=1)[:, None]
+    es = tl.sum(p * s, axis=1)
+    d = tl.where(valid, s - es[:, None], 0.0)
+    var = tl.maximum(tl.sum(p * d * d, axis=1), tiny)
+    g_v = tl.where(valid, g, 0.0)
+    cc = tl.sum(g_v * d, axis=1)
+    gs = w[:, None] * (g_v - p * tl.sum(g_v, axis=1)[:, None]) - (w * cc / var)[:, None] * p * d
+    grad = tl.where(projected[:, None] & valid, gs, g)
+    if HAS_MASK:
+        bad = (row_ok == 0) & (tl.sum(valid.to(tl.int32), axis=1) > 0)
+    else:
+        bad = row_ok == 0
+    if TERMS:
+        # the regression's π̃_a (log π̃_a − log π_a + 1) on projected rows, and log π̃(o_t)'s own gradient
+        lp_proj = x - (m + tl.log(tl.sum(e, axis=1)))[:, None]
+        g_reg = tl.load(greg_ptr + rr, mask=rv, other=0.0)
+        reg = tl.where(valid & projected[:, None], tl.exp(ln) * (ln - lp_proj + 1.0), 0.0) * g_reg[:, None]
+        grad = grad + reg + tl.where(at, tl.load(glp_ptr + rr, mask=rv, other=0.0)[:, None], 0.0)
+    grad = tl.where(bad[:, None], float("nan"), grad)
+    tl.store(grad_ptr + r64[:, None] * S + c[None, :], grad, mask=inb)
+
+
+# ------------------------------------------------------------------------------------------------------ launchers
+def _config(S: int) -> tuple[int, int]:
+    s_p2 = triton.next_power_of_2(max(S, 1))
+    return s_p2, max(1, _BLOCK_ELEMS // s_p2)
+
+
+def _solver_args(kl_bound: float, max_iter: int, tol: float | None, eta_max: float) -> tuple:
+    k = SOLVER_CONSTANTS
+    return (kl_bound * (1.0 - k["target_margin"]), k["margin_ulps"] * _EPS, 0.5 * kl_bound,
+            math.log(1.0 / (1.0 + eta_max)), max_iter, k["tol"] if tol is None else tol, k["trust_phi"],
+            k["phi_converged"], _TINY)  # fmt: skip
+
+
+def _forward(new, old, mask, idx, kl_bound, max_iter, tol, eta_max, terms: bool):
+    R, S = new.shape
+    dev = new.device
+    s_p2, block_r = _config(S)
+    n_blocks = triton.cdiv(R, block_r)
+    f32 = dict(dtype=torch.float32, device=dev)
+    out = None if terms else torch.empty((R, S), dtype=new.dtype, device=dev)
+    eta, klb, kla, w = (torch.empty(R, **f32) for _ in range(4))
+    projected = torch.empty(R, dtype=torch.uint8, device=dev)
+    iters = torch.empty(max(n_blocks, 1), dtype=torch.int32, device=dev)
+    plp, lp, reg = (torch.empty(R, **f32) for _ in range(3)) if terms else (eta, eta, eta)
+    if R > 0:
+        _project_fwd_kernel[(n_blocks,)](
+            new, old, new if mask is None else mask.view(torch.uint8), eta if idx is None else idx,
+            eta if out is None else out, eta, klb, kla, projected, w, iters, plp, lp, reg, R, S,
+            *_solver_args(kl_bound, max_iter, tol, eta_max),
+            HAS_MASK=mask is not None, TERMS=terms, BLOCK_R=block_r, S_P2=s_p2, num_warps=_WARPS,
+        )  # fmt: skip
+    else:
+        iters.zero_()
+    return out, eta, klb, kla, projected.view(torch.bool), w, iters.max(), plp, lp, reg
+
+
+def _backward(new, old, mask, idx, w, projected, g, g_plp, g_lp, g_reg, terms: bool):
+    R, S = new.shape
+    grad = torch.empty((R, S), dtype=torch.float32, device=new.device)
+    if R == 0:
+        return grad
+    s_p2, block_r = _config(S)
+    dummy = w
+    _project_bwd_kernel[(triton.cdiv(R, block_r),)](
+        new, old, new if mask is None else mask.view(torch.uint8), dummy if idx is None else idx, w,
+        projected.view(torch.uint8), dummy if g is None else g.contiguous(), dummy if g_plp is None else g_plp,
+        dummy if g_lp is None else g_lp, dummy if g_reg is None else g_reg, grad, R, S, _TINY,
+        HAS_MASK=mask is not None, TERMS=terms, BLOCK_R=block_r, S_P2=s_p2, num_warps=_WARPS,
+    )  # fmt: skip
+    return grad
+
+
+class KLProjection(torch.autograd.Function):
+    """The kernels' ``_KLProjection`` (:mod:`troll_verl.core.projection`) on ``(R, S)`` rows, Newton solver.
+
+    Forward: ``(new (R, S), old (R, S), mask (R, S) bool or None, kl_bound, max_iter, tol, eta_max)`` →
+    ``(logprobs (R, S) in new's dtype, eta, kl_before, kl_after (R,) fp32, projected (R,) bool, iters 0-d int32)``.
+    """
+
+    @staticmethod
+    @full_precision
+    def forward(ctx, new, old, mask, kl_bound, max_iter, tol, eta_max):
+        """One launch (plus the iteration count's max)."""
+        new_c, old_c = new.detach().contiguous(), old.detach().contiguous()
+        mask_c = None if mask is None else mask.contiguous()
+        out, eta, klb, kla, projected, w, iters, *_ = _forward(
+            new_c, old_c, mask_c, None, kl_bound, max_iter, tol, eta_max, terms=False
+        )
+        ctx.save_for_backward(new_c, old_c, mask_c, w, projected)
+        ctx.mark_non_differentiable(eta, klb, kla, projected, iters)
+        return out, eta, klb, kla, projected, iters
+
+    @staticmethod
+    @once_differentiable
+    @full_precision
+    def backward(ctx, g_out, *_):
+        """One launch: the implicit gradient (TROLL §3)."""
+        new, old, mask, w, projected = ctx.saved_tensors
+        if not ctx.needs_input_grad[0]:
+            return (None,) * 7
+        grad = _backward(new, old, mask, None, w, projected, g_out.float(), None, None, None, terms=False)
+        return grad.to(new.dtype), None, None, None, None, None, None
+
+
+class TokenTerms(torch.autograd.Function):
+    """The token terms of TROLL §4 on ``(R, S)`` rows in one kernel each way.
+
+    Forward: ``(new (R, S), old (R, S), mask (R, S) bool or None, sampled_index (R,) int, kl_bound, max_iter, tol,
+    eta_max)`` → ``proj_log_prob, log_prob, regression`` (differentiable w.r.t. ``new``) and ``kl_before, kl_after,
+    eta (0 where not projected), projected (bool), iters (0-d)``, all ``(R,)`` fp32 but the last two.
+    """
+
+    @staticmethod
+    @full_precision
+    def forward(ctx, new, old, mask, sampled_index, kl_bound, max_iter, tol, eta_max):
+        """One launch (plus the iteration count's max)."""
+        new_c, old_c = new.detach().contiguous(), old.detach().contiguous()
+        mask_c = None if mask is None else mask.contiguous()
+        idx = sampled_index.to(torch.int32).contiguous()
+        _, eta, klb, kla, projected, w, iters, plp, lp, reg = _forward(
+            new_c, old_c, mask_c, idx, kl_bound, max_iter, tol, eta_max, terms=True
+        )
+        ctx.save_for_backward(new_c, old_c, mask_c, idx, w, projected)
+        ctx.mark_non_differentiable(klb, kla, eta, projected, iters)
+        return plp, lp, reg, klb, kla, eta, projected, iters
+
+    @staticmethod
+    @once_differentiable
+    @full_precision
+    def backward(ctx, g_plp, g_lp, g_reg, *_):
+        """One launch: the terms' gradients chained through the implicit gradient of the projection."""
+        new, old, mask, idx, w, projected = ctx.saved_tensors
+        if not ctx.needs_input_grad[0]:
+            return (None,) * 8
+        zeros = torch.zeros_like(w)
+        g_plp, g_lp, g_reg = (zeros if g is None else g.float().contiguous() for g in (g_plp, g_lp, g_reg))
+        grad = _backward(new, old, mask, idx, w, projected, None, g_plp, g_lp, g_reg, terms=True)
+        return grad.to(new.dtype), None, None, None, None, None, None, None
+
+
+def project(
+    new_logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    kl_bound: float,
+    mask: torch.Tensor | None = None,
+    *,
+    solver: str = "newton",
+    max_iter: int | None = None,
+    tol: float | None = None,
+    eta_max: float = 1e6,
+) -> ProjectionResult:
+    """:func:`troll_verl.core.projection.project` on the kernels (same arguments and outputs, ``num_iters`` a 0-d
+    tensor). ``solver="bisection"`` and float64 inputs go to the torch function."""
+    if solver != "newton" or new_logprobs.dtype == torch.float64:
+        return torch_project(new_logprobs, old_logprobs, kl_bound, mask, solver=solver, max_iter=max_iter, tol=tol,
+                             eta_max=eta_max)  # fmt: skip
+    if new_logprobs.shape != old_logprobs.shape or (mask is not None and mask.shape != new_logprobs.shape):
+        raise ValueError(f"new_logprobs, old_logprobs and mask must share one shape (..., S), got "
+                         f"{tuple(new_logprobs.shape)}, {tuple(old_logprobs.shape)}.")  # fmt: skip
+    S = new_logprobs.shape[-1]
+    batch = new_logprobs.shape[:-1]
+    out, eta, klb, kla, projected, iters = KLProjection.apply(
+        new_logprobs.reshape(-1, S), old_logprobs.reshape(-1, S), None if mask is None else mask.reshape(-1, S),
+        float(kl_bound), 30 if max_iter is None else int(max_iter), tol, float(eta_max),
+    )  # fmt: skip
+    return ProjectionResult(out.reshape(new_logprobs.shape), eta.reshape(batch), klb.reshape(batch),
+                            kla.reshape(batch), projected.reshape(batch), iters)  # fmt: skip
+
+
+@full_precision
+def troll_token_terms(support, cfg, row_mask: torch.Tensor | None = None) -> tuple[TrollTokenTerms, torch.Tensor]:
+    """:func:`troll_verl.core.terms.troll_token_terms` on the kernels: same arguments, the same
+    :class:`~troll_verl.core.terms.TrollTokenTerms`, and the solver's iteration count as a 0-d tensor.
+
+    Args:
+        support: :class:`~troll_verl.core.sparse.SparseSupport` with ``(..., S + 1)`` fields.
+        cfg: TROLL's settings (``kl_bound``, ``tail``, ``solver_max_iter``, ``solver_tol``, ``eta_max``; the solver is
+            Newton's).
+        row_mask: optional bool ``(...)``: tokens outside it are not projected (identity, zero terms).
+    """
+    new_lp = support.new_logprobs
+    sup_mask = support.mask if row_mask is None else support.mask & row_mask[..., None]
+    if cfg.tail == "renormalize":
+        # NOTE: the paper's treatment (ablation), as in terms.py: drop the tail bucket and renormalise on the union
+        sup_mask = sup_mask.clone()
+        sup_mask[..., -1] = False
+        lse = torch.logsumexp(new_lp.masked_fill(~sup_mask, float("-inf")), dim=-1, keepdim=True)
+        new_lp = new_lp - torch.where(torch.isfinite(lse), lse, 0.0)
+    width = new_lp.shape[-1]
+    batch = new_lp.shape[:-1]
+    plp, lp, reg, klb, kla, eta, projected, iters = TokenTerms.apply(
+        new_lp.reshape(-1, width), support.old_logprobs.reshape(-1, width), sup_mask.reshape(-1, width),
+        support.sampled_index.reshape(-1), float(cfg.kl_bound), int(cfg.solver_max_iter), cfg.solver_tol,
+        float(cfg.eta_max),
+    )  # fmt: skip
+    with torch.no_grad():
+        support_size = support.mask[..., :-1].sum(-1).to(new_lp.dtype)
+        covered = 1.0 - torch.exp(support.new_logprobs[..., -1])
+    terms = TrollTokenTerms(
+        proj_log_prob=plp.reshape(batch),
+        log_prob=lp.reshape(batch),
+        regression=reg.reshape(batch),
+        kl_before=klb.reshape(batch),
+        kl_after=kla.reshape(batch),
+        eta=eta.reshape(batch),
+        projected=projected.reshape(batch).to(new_lp.dtype),
+        support_size=support_size,
+        covered_mass=covered,
+    )
+    return terms, iters
