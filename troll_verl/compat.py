@@ -228,8 +228,6 @@ PASS_FLAGS = {
     "no_lora_adapter": "verl/workers/engine_workers.py",
     "is_padding": "verl/trainer/ppo/v1/trainer_base.py",
 }
-# The engines call a loss closure's logits hook with this keyword (verl 0.9's top-K distillation protocol).
-LOGITS_HOOK_KEYWORD = "student_logits"
 
 # (module, class): private methods TROLL's subclasses override (and call through super()); no public hook exists.
 OVERRIDDEN_PRIVATE_METHODS = {

@@ -192,6 +192,27 @@ def test_cpu_platform_only_with_the_switch():
     assert _ok(_run(code, VERL_PLATFORM="cpu")).split() == ["True", "True"]
 
 
+def test_cpu_platform_registration_is_strict_identity():
+    """The CPU platform class is built once per process, and the registry is (re)filled unless it holds that very
+    class: a stand-in from the same module, as a stale registration would be, is replaced."""
+    out = _ok(_run(
+        """
+        import verl
+        from verl.plugin.platform import PlatformRegistry
+        from troll_verl.integration import plugin
+        from troll_verl.platform.cpu import CPU_PLATFORM_NAME, make_platform_cls
+        ours = make_platform_cls()
+        assert make_platform_cls() is ours and PlatformRegistry.get(CPU_PLATFORM_NAME) is ours
+        stale = type("PlatformCPU", (ours,), {"__module__": "troll_verl.platform.cpu"})
+        PlatformRegistry.register(CPU_PLATFORM_NAME)(stale)
+        plugin._register_cpu_platform()
+        print(PlatformRegistry.get(CPU_PLATFORM_NAME) is ours)
+        """,
+        VERL_PLATFORM="cpu",
+    ))  # fmt: skip
+    assert out.split()[-1] == "True"
+
+
 def test_cpu_platform_is_never_auto_detected():
     from troll_verl.platform.cpu import make_platform_cls
 

@@ -12,8 +12,9 @@
 # See the License for the specific language governing permissions and
 # limitations under the License.
 """The numerical core (TROLL §1–§7), the part that goes upstream as ``verl/trainer/troll/``: the exact per-token KL
-projection (:mod:`.projection`), sparse top-K supports computed lean from logits (:mod:`.sparse`), the per-token terms
-(:mod:`.terms`), the policy loss (:mod:`.losses`), TROLL's settings (:mod:`.config`), and the engines' backends
-(:mod:`.fsdp`, :mod:`.megatron`, leaves that share :mod:`.layout`). It imports no troll-verl module outside this folder
-and only the public verl APIs that ``tests/core/test_boundary_on_cpu.py`` lists.
+projection (:mod:`.projection`), sparse top-K supports computed lean from logits (:mod:`.sparse`, the old side's
+estimate in :mod:`.old_side`), the per-token terms (:mod:`.terms`), the policy loss (:mod:`.losses`, with the backend
+table), TROLL's settings (:mod:`.config`, their choices in :mod:`.options`), and the engines' backends (:mod:`.fsdp`,
+:mod:`.megatron`, leaves that share :mod:`.layout`). It imports no troll-verl module outside this folder
+and only the public verl APIs that ``tests/test_imports_on_cpu.py`` lists (``CORE_VERL_IMPORTS``).
 """

@@ -301,9 +301,9 @@ def _register_cpu_platform() -> None:
 
     from troll_verl.platform.cpu import CPU_PLATFORM_NAME, make_platform_cls
 
-    existing = PlatformRegistry.get(CPU_PLATFORM_NAME)
-    if existing is None or existing.__module__ != "troll_verl.platform.cpu":
-        PlatformRegistry.register(CPU_PLATFORM_NAME)(make_platform_cls())
+    platform_cls = make_platform_cls()  # one class per process: the registry holds it or holds something else
+    if PlatformRegistry.get(CPU_PLATFORM_NAME) is not platform_cls:
+        PlatformRegistry.register(CPU_PLATFORM_NAME)(platform_cls)
     when_imported("verl.workers.engine", _register_cpu_engines)
     when_imported("verl.workers.rollout.replica", _register_cpu_vllm_replica)
 

@@ -16,8 +16,8 @@
 A policy loss registered with a ``core_algos.PolicyLossSpec`` gets the engine's logits in its own hooks and its
 outputs carried through the passes by verl itself. Where the seam exists, troll-verl registers TROLL that way
 (:mod:`troll_verl.integration.plugin`) and its worker and trainer leave the passes to verl; on verl 0.9 as released
-they route
-them through verl's distillation logits hook (:mod:`troll_verl.integration.loss_fn`).
+they route them through verl's distillation logits hook (:mod:`troll_verl.integration.loss_fn`). The plugin asks once,
+when it registers the loss.
 """
 
 __all__ = ["seam_available"]

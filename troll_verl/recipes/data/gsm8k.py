@@ -16,8 +16,7 @@
 A record is ``{"question": str, "answer": str}``, the answer a worked solution whose last line is ``#### N``.
 The row: data_source ``"openai/gsm8k"``, ability ``"math"``, the prompt of
 :func:`~troll_verl.recipes.data.prompts.gsm8k_prompt`, and ground truth ``N`` with its thousands commas removed. The
-hub's
-``train`` split becomes ``train`` and its ``test`` split ``val``.
+hub's ``train`` split becomes ``train`` and its ``test`` split ``val``.
 """
 
 from __future__ import annotations
