@@ -7,7 +7,7 @@
 #   PYTHON      the interpreter with CUDA torch and triton (default python3)
 # Exit status: 0 every stage passed, 1 a stage failed (see the tables), 2 this machine cannot run the check.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 2
 PY="${PYTHON:-python3}"
 OUT_DIR="${BENCH_KERNELS_OUT:-${OUT:-outputs/bench_kernels}}"
 
