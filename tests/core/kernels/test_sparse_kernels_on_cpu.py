@@ -69,7 +69,7 @@ def _old_side(z_old, K, delta, sampled=None, seed=0):
 
 
 # ------------------------------------------------------------------------------------------------- statistics
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 def test_statistics_pass(kernels, poisoned, dtype):
     N, V = 5, 4500  # 36 chunks (the last one partial), three loop steps
     z = _logits(N, V, seed=0, dtype=dtype)
@@ -120,9 +120,10 @@ def test_old_topk_rows_and_low_precision_values(kernels, poisoned):
     torch.testing.assert_close(_cpu(got.tail_logprob), ref.tail_logprob, rtol=0, atol=5e-6)
 
 
-def test_old_topk_bf16_tie_invariants(kernels, poisoned):
-    """bf16 logits tie a lot: the kept values (as a multiset), their number and the tail must agree."""
-    z = _logits(4, 3000, seed=5, dtype=torch.bfloat16)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_old_topk_tie_invariants_in_low_precision(kernels, poisoned, dtype):
+    """bf16 and fp16 logits tie a lot: the kept values (as a multiset), their number and the tail must agree."""
+    z = _logits(4, 3000, seed=5, dtype=dtype)
     ref = old_topk_from_logits(z, topk=16, mass_delta=1e-3)
     got = kernels.support.old_topk_from_logits(*_dev(z), topk=16, mass_delta=1e-3)
     assert torch.equal((_cpu(got.ids) >= 0).sum(-1), (ref.ids >= 0).sum(-1))
@@ -295,3 +296,24 @@ def test_fused_token_logprobs(kernels, poisoned, dtype):
     tol = dict(rtol=1e-5, atol=1e-7) if dtype == torch.float32 else dict(rtol=1e-2, atol=1e-5)
     torch.testing.assert_close(_cpu(gb).float(), ga.float(), **tol)
     assert (_cpu(gb)[[1, 2, 5]] == 0).all()
+
+
+# ------------------------------------------------------------------------------------------------- dispatch
+def test_use_kernels_chooses_them_only_where_they_apply(kernels, monkeypatch):
+    from troll_verl.core.kernels import KERNELS_ENV, MAX_TOPK, use_kernels
+
+    monkeypatch.delenv(KERNELS_ENV, raising=False)
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    z = torch.zeros(2, 300, dtype=torch.bfloat16)
+    assert not use_kernels(z)  # a CPU tensor, no interpreter
+    monkeypatch.setenv(KERNELS_ENV, "triton")
+    assert not use_kernels(z)  # still no interpreter
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert use_kernels(z) and use_kernels(z.float(), topk=MAX_TOPK, old_topk=MAX_TOPK)
+    assert not use_kernels(z.double())  # float64 stays on the torch path (reference tests, gradchecks)
+    assert not use_kernels(z, topk=MAX_TOPK + 1) and not use_kernels(z, old_topk=MAX_TOPK + 1)
+    monkeypatch.setenv(KERNELS_ENV, "torch")
+    assert not use_kernels(z)
+    monkeypatch.setenv(KERNELS_ENV, "cuda")
+    with pytest.raises(ValueError, match=KERNELS_ENV):
+        use_kernels(z)
