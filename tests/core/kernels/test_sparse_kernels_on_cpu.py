@@ -156,11 +156,13 @@ def _support_case(case):
         K, z_old, z = 64, _logits(2, 8300, seed=17), _logits(2, 8300, seed=18)
     elif case == "n1":
         z_old, z = z_old[:1], z[:1]
+    elif case == "padded":  # δ = 5 %: the mass rule stops after a few peaks on both sides
+        delta = 5e-2
     old, sampled, old_lp = _old_side(z_old, K, delta, sampled)
     return z, old, sampled, old_lp, K, delta
 
 
-CASES = ["base", "drift", "sampled_outside", "flat", "peaked", "k64", "n1"]
+CASES = ["base", "drift", "sampled_outside", "padded", "flat", "peaked", "k64", "n1"]
 
 
 def _check_support(got, ref, sampled):
@@ -187,6 +189,8 @@ def test_support_matches_the_torch_path(kernels, poisoned, case):
     valid_bytes = _cpu(got.mask).view(torch.uint8)
     assert (valid_bytes <= 1).all()
     _check_support(got, ref, sampled)
+    if case == "padded":  # old ids past the mass rule are -1
+        assert (old.ids < 0).any() and ((old.ids >= 0).sum(-1) > 1).any()
     if case == "base":  # the raw outputs, padding included, are all written
         ids, old_u, valid, new, tail, lse = kernels.topk.support_forward(
             *_dev(z), None, *_dev(old.ids, old.logprobs, sampled, old_lp), K, delta, LOG_FLOOR
