@@ -20,7 +20,7 @@ On the model's own sampled answers to its task (:mod:`troll_verl.assets.smollm2`
 2. **Sparse KL against the full-vocabulary KL**, after ``--updates`` Adam steps (lr ``--lr``) of a REINFORCE
    objective with group-centred task rewards on the same answers (a stand-in for TROLL's real updates; the KL is
    per token between the policy before and after). For each old-side estimate (``floor``: the paper's 1e-12,
-   ``upper``, ``proportional``; :func:`troll_verl.core.old_estimate.old_side_estimate`): the median ratio sparse / full,
+   ``upper``, ``proportional``; :func:`troll_verl.core.old_side.old_side_estimate`): the median ratio sparse / full,
    the share of tokens projected (sparse KL > ε), projected *only because of the estimate* (sparse > ε ≥ full)
    and missed (full > ε ≥ sparse).
 

@@ -136,8 +136,8 @@ class TrollBackend(Protocol):
         STOCK_ENGINE_KEEPS_ROWS: whether verl 0.9's engine for this backend keeps per-row logits-hook outputs with
             trailing dims (``(1, L, K)``). A backend whose engine does not also provides
             ``stock_engine_old_rows(old, data) -> dict``: the micro-batch's old top-K rows over its whole packed
-            sequence from this rank's hook outputs, which then travel beside the hook
-            (:mod:`troll_verl.integration.loss_fn`; FSDP's gathers them across its sequence-parallel ranks).
+            sequence from this rank's hook outputs, which then travel beside the hook to the stock-verl route's
+            final loss call (FSDP's gathers them across its sequence-parallel ranks).
     """
 
     STOCK_ENGINE_KEEPS_ROWS: bool
@@ -333,9 +333,10 @@ def with_aggregation(metrics: dict[str, float], loss_aggregation: AggregationTyp
 def _loss_aggregation(global_batch_info: dict) -> AggregationType:
     """How the loss's parts combine: as verl's ``ppo_loss`` decides for ``actor/pg_loss``.
 
-    NOTE: a mirror of verl's rule (``workers/utils/losses.py``, declared in ``troll_verl.compat.MIRRORED_STATEMENTS``):
-    normalised by the global batch (as ``agg_loss`` does whenever any global batch information is set) the parts are
-    partial sums, so they add up. verl's ``ppo_loss`` hands a policy loss no such decision.
+    Normalised by the global batch (as ``agg_loss`` does whenever any global batch information is set) the parts are
+    partial sums, so they add up. NOTE: verl's ``ppo_loss`` (``workers/utils/losses.py``) decides this for
+    ``actor/pg_loss`` and hands a policy loss no such decision, so this mirrors its rule (a declared mirror: the
+    plugin's compat module checks verl still has it).
     """
     global_norm = (
         global_batch_info.get("dp_size", 1) > 1

@@ -23,7 +23,7 @@ __all__ = ["RATIO_LEVELS", "TAILS", "OLD_ESTIMATES", "SOLVERS", "check_old_estim
 RATIO_LEVELS = ("token", "sequence")
 # tail: the mass outside the support as a differentiable bucket, or dropped and renormalised (the paper); core/terms.py
 TAILS = ("bucket", "renormalize")
-# old_estimate: the old-side value of a union token the old pass did not store; core/old_estimate.py
+# old_estimate: the old-side value of a union token the old pass did not store; core/old_side.py
 OLD_ESTIMATES = ("floor", "upper", "proportional")
 # solver: the projection's root finder for η; core/projection.py
 SOLVERS = ("newton", "bisection")

@@ -25,7 +25,7 @@ Floor and tail treatment (our decision, documented in ``docs/troll.md``):
 - The old policy is known only on its stored top-K and at the sampled token (verl's ``old_log_probs``). A token
   that only the current policy brought into S takes, on the old side, the paper's floor probability (default
   1e-12, ``old_estimate="floor"``) or an estimate from what the old pass did store (``"upper"``,
-  ``"proportional"``; :func:`~troll_verl.core.old_estimate.old_side_estimate` derives them).
+  ``"proportional"``; :func:`~troll_verl.core.old_side.old_side_estimate` derives them).
 - NOTE: the paper drops the tail. Here the tail is an explicit category on both sides: ``log(1 − Σ_S π)``,
   computed exactly from the logits (float64 accumulation) and **differentiable** for the current policy. So
   KL(π̃ ‖ π_old) and the regression term KL(π̃ ‖ sg π) see mass that leaks out of S, and the gradient pulls it
@@ -61,7 +61,7 @@ from typing import NamedTuple
 import torch
 from torch.autograd.function import once_differentiable
 
-from .old_estimate import old_side_estimate
+from .old_side import old_side_estimate
 from .options import check_old_estimate
 from .projection import compute_dtype, full_precision
 
@@ -75,7 +75,7 @@ __all__ = [
     "check_support_args",
     "MIN_CHUNKS",
     "MAX_CHUNK_BYTES",
-    # shared with backends that build the support in kernels of their own (troll_verl.core.kernels)
+    # shared with backends that build the support in kernels of their own (kernels/)
     "assemble_support",
     "check_sparse_inputs",
     "check_old_estimate",
@@ -572,7 +572,7 @@ def assemble_support(
     new, tail, ids, old_u, valid, old: OldTopK, sampled, sampled_old_lp, floor, old_estimate: str = "floor"
 ) -> SparseSupport:
     """Append the tail bucket as the last column, fill in the old side
-    (:func:`~troll_verl.core.old_estimate.old_side_estimate`) and locate the sampled token.
+    (:func:`~troll_verl.core.old_side.old_side_estimate`) and locate the sampled token.
 
     Args:
         new: ``(N, S)`` current log-probs on the union; tail: ``(N,)`` its tail log-mass (clamped to the floor).
@@ -621,7 +621,7 @@ def troll_sparse_from_logits(
         rows: optional ``(N,)`` int64 indices of the rows of ``logits`` these N tokens are (e.g. the response
             positions of a packed sequence); the other rows get zero gradient. Default: all rows.
         old_estimate: old-side value of union tokens the old pass did not store: ``floor`` (the paper),
-            ``upper`` or ``proportional`` (see :func:`~troll_verl.core.old_estimate.old_side_estimate`).
+            ``upper`` or ``proportional`` (see :func:`~troll_verl.core.old_side.old_side_estimate`).
         statistics: the per-chunk statistics of the logits' vocabulary layout; default the whole vocabulary on
             this rank (a backend that shards it passes its own, e.g. Megatron's vocabulary-parallel ones).
 

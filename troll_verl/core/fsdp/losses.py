@@ -38,7 +38,12 @@ from ..layout import OLD_FIELDS, response_lengths, response_rows, response_value
 from ..sparse import OldTopK, old_topk_from_logits, troll_sparse_from_logits
 from ..terms import hook_outputs, troll_token_terms
 
-__all__ = ["compute_troll_old_topk", "compute_troll_token_terms", "STOCK_ENGINE_KEEPS_ROWS", "stock_engine_old_rows"]
+__all__ = [
+    "compute_troll_old_topk",
+    "compute_troll_token_terms",
+    "STOCK_ENGINE_KEEPS_ROWS",
+    "stock_engine_old_rows",
+]
 
 # verl 0.9's FSDP engine asserts that every logits-hook output is one value per row, (L,) (prepare_model_outputs):
 # the old pass's K-wide rows cannot travel through it there (upstream PR B lifts the assert).
