@@ -75,9 +75,13 @@ def test_max_logprobs_minus_one_is_the_whole_vocabulary():
 
 
 @pytest.mark.parametrize("mode", ["troll", "troll_colocate_async", "troll_separate_async"])
-def test_bypass_is_accepted_in_every_trainer_mode(mode):
-    settings = validate_troll_config(compose_config("/nonexistent", *BYPASS, f"trainer.v1.trainer_mode={mode}"))
-    assert settings.topk == 64
+def test_bypass_is_checked_and_accepted_in_every_trainer_mode(mode):
+    """Every trainer mode runs bypass mode's checks: a valid bypass config passes, and the same config with a rollout
+    whose log-probs are not the actor's distribution (top_p < 1) is refused, naming the fix."""
+    overrides = (*BYPASS, f"trainer.v1.trainer_mode={mode}")
+    assert validate_troll_config(compose_config("/nonexistent", *overrides)).topk == 64
+    with pytest.raises(ValueError, match=r"top_p=0\.9.*bypass_mode=false"):
+        validate_troll_config(compose_config("/nonexistent", *overrides, "actor_rollout_ref.rollout.top_p=0.9"))
 
 
 @pytest.fixture

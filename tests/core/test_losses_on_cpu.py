@@ -29,6 +29,7 @@ from troll_verl.core.losses import (
     with_aggregation,
 )
 from troll_verl.core.sparse import old_topk_from_logits, troll_sparse_from_logits
+from troll_verl.core.terms import troll_token_terms
 from troll_verl.testing.reference import dense_project_row
 
 
@@ -305,15 +306,38 @@ def test_metrics_carry_their_aggregation():
         assert wrapped["troll/eta_max"].aggregation == AggregationType.MAX and wrapped["troll/kl_before"] == 3.0
 
 
-def test_metrics_and_max_keys():
+def test_metrics_equal_their_definitions_on_the_terms():
+    """Every trust-region metric is its definition evaluated on the per-token terms of the response tokens: means,
+    maxima, η over the projected tokens only, the k1 estimate of KL(π_old ‖ π̃) as verl's actor/ppo_kl; TROLL never
+    clips."""
     d = _batch()
-    _, m = _loss(d["old_lp"], None, d["adv"], d["mask"], "token-mean", _actor_config(), support=d["support"]())
-    for key in ("troll/kl_before", "troll/kl_after", "troll/eta_mean", "troll/projected_frac", "troll/support_size",
-                "troll/covered_mass", "troll/bound_violation_max", "actor/ppo_kl", "actor/pg_clipfrac"):  # fmt: skip
-        assert key in m and isinstance(m[key], float)
-    assert MAX_METRICS <= set(m)
-    assert m["troll/kl_before"] > m["troll/kl_after"] and m["troll/bound_violation_max"] == 0.0
-    assert 1 <= m["troll/support_size"] <= 2 * d["K"] + 1 and 0.5 < m["troll/covered_mass"] <= 1.0
+    cfg = _actor_config(kl_bound=1.0)  # about half the tokens projected
+    support = d["support"]()
+    _, m = _loss(d["old_lp"], None, d["adv"], d["mask"], "token-mean", cfg, support=support)
+    mask = d["mask"]
+    terms, iters = troll_token_terms(support, cfg.policy_loss.troll, row_mask=mask)
+    t = {name: value[mask].detach().double() for name, value in zip(terms._fields, terms, strict=True)}
+    projected = t["projected"] > 0
+    kl_bound = cfg.policy_loss.troll.kl_bound
+    expected = {
+        "troll/kl_before": t["kl_before"].mean(),
+        "troll/kl_after": t["kl_after"].mean(),
+        "troll/kl_after_max": t["kl_after"].max(),
+        "troll/bound_violation_max": (t["kl_after"] - kl_bound).clamp_min(0.0).max(),
+        "troll/projected_frac": projected.double().mean(),
+        "troll/eta_mean": t["eta"][projected].mean(),
+        "troll/eta_max": t["eta"][projected].max(),
+        "troll/support_size": t["support_size"].mean(),
+        "troll/covered_mass": t["covered_mass"].mean(),
+        "troll/solver_iters": float(iters),
+        "actor/ppo_kl": (d["old_lp"][mask] - t["log_prob"]).mean(),
+        "actor/pg_clipfrac": 0.0,
+        "actor/pg_clipfrac_lower": 0.0,
+    }
+    assert 0.0 < float(expected["troll/projected_frac"]) < 1.0  # both kinds of token are in the batch
+    assert MAX_METRICS <= set(expected)
+    for key, value in expected.items():
+        assert m[key] == pytest.approx(float(value), rel=1e-6, abs=1e-12), key  # projected_frac is fp32
 
 
 def test_missing_support_and_bad_shapes_raise():
