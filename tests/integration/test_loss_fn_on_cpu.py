@@ -81,7 +81,15 @@ def test_the_old_top_k_travels_on_its_own_micro_batch():
     assert float(loss) == 0.0 and metrics == {}
     assert {"troll_old_ids", "troll_old_logprobs", "troll_old_tail"} <= set(out_first)
     assert out_first["troll_old_ids"].values().shape[0] == 5  # 3 + 2 response tokens
-    assert not torch.equal(out_first["troll_old_logprobs"].values(), out_second["troll_old_logprobs"].values())
+    # each micro-batch's rows are its own logits' old top-K at its response rows
+    cfg = fn.config.policy_loss.troll
+    for out, batch, logits in ((out_first, first, logits_first), (out_second, second, logits_second)):
+        want = old_topk_from_logits(
+            logits.squeeze(0), topk=cfg.topk, mass_delta=cfg.mass_delta, floor=cfg.floor, value_dtype=cfg.value_dtype,
+            rows=response_rows(batch),
+        )  # fmt: skip
+        for key, value in zip(("troll_old_ids", "troll_old_logprobs", "troll_old_tail"), want, strict=True):
+            torch.testing.assert_close(out[key].values(), value.to(out[key].dtype), rtol=0, atol=0)
     with pytest.raises(RuntimeError, match="use_fused_kernels=False"):
         fn(model_output={}, data=first, dp_group=None)  # its rows were taken: as if the hook had not run
 
