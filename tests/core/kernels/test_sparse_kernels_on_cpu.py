@@ -90,11 +90,12 @@ def test_statistics_pass(kernels, poisoned, dtype):
 # ------------------------------------------------------------------------------------------------- old pass
 @pytest.mark.parametrize(
     "N, V, K, delta, kind",
-    [(4, 3000, 16, 1e-3, "llm"), (3, 2000, 8, 1e-5, "flat"), (2, 1500, 8, 1e-5, "peaked"), (1, 8300, 64, 1e-5, "llm")],
+    [(4, 3000, 16, 1e-3, "llm"), (3, 2000, 8, 1e-5, "flat"), (2, 1500, 8, 1e-5, "peaked"), (1, 8300, 64, 1e-5, "llm"),
+     (2, 100, 64, 1e-5, "llm")],
 )  # fmt: skip
 def test_old_topk_matches_the_torch_path(kernels, poisoned, N, V, K, delta, kind):
     """fp32, no ties: the same ids, log-probs and tail; ``flat`` keeps all K (the cap), ``peaked`` one token and a tail
-    below the floor; V = 8300 with K = 64 runs the 64-chunk prefilter over 65 chunks."""
+    below the floor; V = 8300 with K = 64 runs the 64-chunk prefilter over 65 chunks; V = 100 is one partial chunk."""
     z = _logits(N, V, seed=N * V + K, kind=kind)
     ref = old_topk_from_logits(z, topk=K, mass_delta=delta)
     got = kernels.support.old_topk_from_logits(*_dev(z), topk=K, mass_delta=delta)

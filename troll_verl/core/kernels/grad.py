@@ -14,7 +14,7 @@
 """The backward pass of the sparse log-probs: ``∂L/∂z`` in one streaming read and write per row.
 
 For the support log-probs ``new_a = z_a − LSE(z)`` (``a ∈ S``) and the tail ``log Σ_{b∉S} π_b`` with upstream
-gradients ``g`` and ``g_t`` (derivation in ``troll_verl.core.sparse._SparseFromLogits``), ``π = softmax(z)``, ``π_t``
+gradients ``g`` and ``g_t`` (derived in :mod:`troll_verl.core.sparse`), ``π = softmax(z)``, ``π_t``
 the tail mass, ``g_t`` zero where the tail was clamped to the floor:
 
     ∂L/∂z_b = π_b · coef  +  1[b ∈ S] · (g_b − π_b · g_t / π_t),      coef = g_t / π_t − Σ_S g − g_t.

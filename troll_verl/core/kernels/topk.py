@@ -24,8 +24,8 @@ exp-sums, one kernel per pass finishes a row without another streaming read:
    change which tied id is chosen, never the values.
 2. **Mass rule** (:func:`troll_verl.core.sparse.mass_rule_mask`): keep the sorted top tokens while the mass before
    them is below ``1 − δ``; the first always.
-3. **Union** (update pass, :func:`troll_verl.core.sparse.union_support`): the old ids, the kept new ids and the
-   sampled token, deduplicated with the old value of the most trusted source (sampled > old top-K > floor for a
+3. **Union** (update pass, as the torch path's in :mod:`troll_verl.core.sparse`): the old ids, the kept new ids and
+   the sampled token, deduplicated with the old value of the most trusted source (sampled > old top-K > floor for a
    token only the current policy brought in), sorted by vocabulary id, padded to the fixed width
    ``C = K_old + K + 1``.
 4. **Exact tail** ``log Σ_{b∉S} softmax(z)_b`` by additions only: every chunk without a support token contributes its
@@ -359,8 +359,8 @@ def old_topk(logits, rows, k: int, mass_delta: float, log_floor: float, value_dt
 
 def support_forward(logits, rows, old_ids, old_lp, sampled, sampled_old_lp, k: int, mass_delta: float,
                     log_floor: float):  # fmt: skip
-    """The update pass's forward on the selected rows (:func:`troll_verl.core.sparse.union_support` and the gathers
-    and tail of ``sparse_forward``), at the fixed width ``C = K_old + k + 1``.
+    """The update pass's forward on the selected rows (the union, gathers and tail of the torch path's forward in
+    :mod:`troll_verl.core.sparse`), at the fixed width ``C = K_old + k + 1``.
 
     Args:
         logits: ``(N_all, V)``. rows: optional ``(N,)`` int64. old_ids: ``(N, K_old)`` int (−1 invalid).
