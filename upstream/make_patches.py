@@ -228,11 +228,11 @@ EDITS = {
     "troll_verl/core/losses.py": [
         drop("TROLL_SPEC_FIELDS"),
         sub(r'^    "TROLL_SPEC_FIELDS",\n', ""),
-        sub(r" NOTE: verl's ``ppo_loss`` \(``workers/utils/losses\.py``\) decides this for\n    ``actor/pg_loss`` and hands "
-            r"a policy loss no such decision, so this mirrors its rule \(a declared mirror: the\n    plugin's compat module "
-            r"checks verl still has it\)\.", " As ``ppo_loss`` decides for ``actor/pg_loss``."),
-        sub(r", and the one engine fact the stock-verl route needs\.\n\n    Attributes:\n(?:        .*\n)+    \"\"\"\n\n"
-            r"    STOCK_ENGINE_KEEPS_ROWS: bool\n", '.\n    """\n'),
+        sub(r" NOTE: verl's ``ppo_loss`` \(``workers/utils/losses\.py``\) decides this for\n    ``actor/pg_loss`` "
+            r"and hands a policy loss no such decision, so this mirrors its rule \(a declared mirror: the\n    "
+            r"plugin's compat module checks verl still has it\)\.", " As ``ppo_loss`` decides for ``actor/pg_loss``."),
+        sub(r", and the one engine fact the stock-verl route needs\.\n\n    Attributes:\n(?:        .*\n)+"
+            r"    \"\"\"\n\n    STOCK_ENGINE_KEEPS_ROWS: bool\n", '.\n    """\n'),
     ],
     "troll_verl/core/terms.py": [  # the tail is always a differentiable bucket (the paper's renormalisation dropped)
         keep("cfg.tail == 'renormalize'", "none"),

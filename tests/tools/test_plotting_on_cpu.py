@@ -21,6 +21,7 @@ The tensorboard event file is written here, from the JSONL, the way verl's tenso
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import math
@@ -256,14 +257,9 @@ def _assert_png(path: str, min_size: tuple[int, int] = (300, 400)) -> None:
     assert len({tuple(p) for p in image[::5, ::5, :3].reshape(-1, 3)}) > 20, path
 
 
-def test_cli_renders_troll_vs_clip(tmp_path, capsys):
-    """Every panel for TROLL (console log) vs clip (run directory with its JSONL), and the run table."""
-    run_dir = tmp_path / "clip_run"
-    run_dir.mkdir()
-    with open(_fixture("grpo_clip_seed0", "jsonl")) as src, open(run_dir / "metrics.jsonl", "w") as dst:
-        dst.write(src.read())
-    out = tmp_path / "plots"
-    cli = _load_cli()
+@contextlib.contextmanager
+def _recording_figures():
+    """Every matplotlib figure saved inside the block, in order (they are still written)."""
     drawn = []
     original = matplotlib.figure.Figure.savefig
 
@@ -273,6 +269,18 @@ def test_cli_renders_troll_vs_clip(tmp_path, capsys):
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(matplotlib.figure.Figure, "savefig", record)
+        yield drawn
+
+
+def test_cli_renders_troll_vs_clip(tmp_path, capsys):
+    """Every panel for TROLL (console log) vs clip (run directory with its JSONL), and the run table."""
+    run_dir = tmp_path / "clip_run"
+    run_dir.mkdir()
+    with open(_fixture("grpo_clip_seed0", "jsonl")) as src, open(run_dir / "metrics.jsonl", "w") as dst:
+        dst.write(src.read())
+    out = tmp_path / "plots"
+    cli = _load_cli()
+    with _recording_figures() as drawn:
         code = cli.main([f"TROLL={_fixture('grpo_troll_seed0', 'log')}", str(run_dir), "--out-dir", str(out),
                          "--smooth", "3", "--title", "GRPO seed 0"])  # fmt: skip
     printed = capsys.readouterr().out
@@ -341,15 +349,7 @@ def test_write_plots_and_quickstart_api(tmp_path):
     path = quickstart.plot_runs(runs, str(tmp_path / "curves.png"), title="GRPO on the built-in addition task")
     assert path == str(tmp_path / "curves.png")
     _assert_png(path)
-    drawn = []
-    original = matplotlib.figure.Figure.savefig
-
-    def record(fig, *args, **kwargs):
-        drawn.append(fig)
-        return original(fig, *args, **kwargs)
-
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(matplotlib.figure.Figure, "savefig", record)
+    with _recording_figures() as drawn:
         written = write_plots(runs, str(tmp_path / "all"), smooth_window=1)
     # what is drawn is the data: the reward panel's TROLL line is the run's reward series, step by step
     reward_ax = drawn[0].axes[0]
