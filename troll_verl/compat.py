@@ -237,6 +237,11 @@ OVERRIDDEN_PRIVATE_METHODS = {
         "_compute_ref_log_prob",  # the reference pass: kept untagged
         "_update_actor",  # the update: tagged to run TROLL's logits hook
     ),
+    ("verl.trainer.ppo.ray_trainer", "RayPPOTrainer"): (  # the legacy trainer (integration/legacy.py)
+        "_compute_old_log_prob",  # the old pass: verl's re-stated, tagged, keeping the old top-K
+        "_compute_ref_log_prob",  # the reference pass: kept untagged
+        "_update_actor",  # the update: tagged to run TROLL's logits hook
+    ),
     ("verl.workers.engine.fsdp.transformer_impl", "FSDPEngineWithValueHead"): (
         "_build_module",  # CPU platform: the critic loads without verl's hard-coded flash_attention_2
     ),
@@ -293,4 +298,29 @@ MIRRORED_STATEMENTS = {
         "self.model_config.hf_config.num_labels = 1",
     ),
     "verl/utils/model.py": ('attn_implementation="flash_attention_2"',),
+    # integration/legacy.py re-states the legacy trainer's old-log-prob pass (to keep TROLL's outputs, which verl's
+    # drops) and its task runner's run (to build TROLL's trainer, which verl's hard-codes)
+    "verl/trainer/ppo/ray_trainer.py": (
+        "batch_td = left_right_2_no_padding(batch_td)",
+        "calculate_entropy=True,",
+        "output = self.actor_rollout_wg.compute_log_prob(batch_td)",
+        'result = {"old_log_probs": log_probs.float(), "entropys": entropy.float()}',
+        'result["routed_experts"] = routed_experts',
+        'old_log_prob_mfu = tu.get(output, "metrics")["mfu"]',
+        "return old_log_prob, old_log_prob_mfu",
+        'batch.meta_info["global_steps"]',
+        "self._compute_old_log_prob(batch)",
+    ),
+    "verl/trainer/main_ppo_v0.py": (
+        "actor_rollout_cls, ray_worker_group_cls = self.add_actor_rollout_worker(config)",
+        "self.add_critic_worker(config)",
+        "self.add_reward_model_resource_pool(config)",
+        "self.add_teacher_model_resource_pool(config)",
+        "self.add_ref_policy_worker(config, actor_rollout_cls)",
+        "resource_pool_manager = self.init_resource_pool_mgr(config)",
+        "train_sampler = create_rl_sampler(config.data, train_dataset)",
+        "trainer = RayPPOTrainer(",
+        "trainer.init_workers()",
+        "trainer.fit()",
+    ),
 }

@@ -16,7 +16,8 @@
 The config is ``troll_verl/config/troll_trainer.yaml`` (``defaults: [ppo_trainer, _self_]``): it selects
 ``loss_mode=troll``, TROLL's settings dataclass and TROLL's trainer. Any verl override works as with
 ``python -m verl.trainer.main_ppo``; ``actor_rollout_ref.actor.policy_loss.loss_mode=vanilla`` runs the clip
-baseline through the same trainer. Reuses verl's ``run_ppo`` and ``TaskRunnerV1`` unchanged.
+baseline through the same trainer. Reuses verl's ``run_ppo`` and ``TaskRunnerV1`` unchanged; with
+``trainer.use_v1=false``, verl's legacy trainer through TROLL's task runner (:mod:`troll_verl.integration.legacy`).
 ``TROLL_DRY_RUN=1`` validates and summarises a run without starting it (:mod:`troll_verl.tools.dry_run`).
 """
 
@@ -78,9 +79,14 @@ def main(config: DictConfig) -> None:
 
         dry_run(prepare(without_model_loading(config)))
         return
-    from verl.trainer.main_ppo import TaskRunnerV1, run_ppo
+    config = prepare(config)
+    from verl.trainer.main_ppo import run_ppo
 
-    run_ppo(prepare(config), task_runner_class=TaskRunnerV1)
+    if config.trainer.get("use_v1", True):
+        from verl.trainer.main_ppo import TaskRunnerV1 as task_runner
+    else:  # verl's legacy trainer, with TROLL's trainer and workers
+        from troll_verl.integration.legacy import TrollTaskRunner as task_runner
+    run_ppo(config, task_runner_class=task_runner)
 
 
 if __name__ == "__main__":

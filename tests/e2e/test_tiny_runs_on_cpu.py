@@ -23,7 +23,8 @@ files and metrics are kept), and every test asserts on them and that nothing of 
 - ``sync_resumed``: the quickstart CLI with the clip baseline (``loss_mode=vanilla``), resumed from ``sync``'s step 2;
 - ``async_``: verl's ``colocate_async`` trainer with TROLL (stale data), 4 steps, a checkpoint at step 2 while step 3's
   batch is in flight; ``async_resumed`` resumes from it;
-- ``async_bypass``: ``colocate_async`` in bypass mode (the old distribution from vLLM's top-K).
+- ``async_bypass``: ``colocate_async`` in bypass mode (the old distribution from vLLM's top-K);
+- ``legacy``: verl's legacy trainer (``trainer.use_v1=false``) through TROLL's task runner, ``sync``'s settings.
 
 Two kill tests end the quickstart from outside once vLLM's engine runs (SIGKILL; an outer ``timeout``'s SIGTERM) and
 check that no process of the run survives.
@@ -132,6 +133,12 @@ def sync_resumed(assets, sync, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
+def legacy(assets, tmp_path_factory):
+    """verl's legacy trainer (trainer.use_v1=false) with TROLL: TROLL's task runner, the ``sync`` run's settings."""
+    return _train(assets, str(tmp_path_factory.mktemp("legacy")), "trainer.use_v1=false", steps=2)
+
+
+@pytest.fixture(scope="module")
 def async_(assets, tmp_path_factory):
     return _train(assets, str(tmp_path_factory.mktemp("async")), "trainer.save_freq=2", *COLOCATE_ASYNC)
 
@@ -222,6 +229,20 @@ def test_the_same_seed_samples_the_same_answers_whatever_the_loss(sync, sync_res
     answers = _answers(sync.dir, 3)
     assert len(answers) == 8 * 4 and len({output for _, output in answers}) > 4  # sampled, not one greedy answer
     assert _answers(sync_resumed.dir, 3) == answers
+
+
+def test_troll_on_verls_legacy_trainer(legacy, sync):
+    """TROLL through verl's RayPPOTrainer trains, projects and keeps the bound; with the same seed and data its first
+    step samples the v1 run's answers (the same rewards) and its first update has the v1 route's loss."""
+    legacy.check()
+    sync.check()
+    assert legacy.steps == [1, 2]
+    assert "TROLL TaskRunner (legacy trainer)" in legacy.log
+    _assert_troll_projected_and_kept_the_bound(legacy.rows)
+    first, v1 = legacy.rows[0], sync.rows[0]
+    assert first[REWARD_KEY] == v1[REWARD_KEY]
+    for key in ("actor/pg_loss", "actor/troll/kl_before", "actor/troll/projected_frac"):
+        assert first[key] == pytest.approx(v1[key], rel=1e-4, abs=1e-7), key
 
 
 def test_clip_baseline_through_the_quickstart_cli(sync_resumed):

@@ -53,7 +53,6 @@ TROLL_CLASSES = [TrollTrainer, TrollTrainerColocateAsync, TrollTrainerSeparateAs
         ("actor_rollout_ref.actor.pad_to_length=true", r"pad_to_length=false"),
         ("+actor_rollout_ref.actor.megatron.pad_to_length=true", r"megatron\.pad_to_length=true pads"),
         ("distillation.enabled=true", r"distillation.enabled=false"),
-        ("trainer.use_v1=false", r"trainer.use_v1=true"),
         ("trainer.v1.trainer_mode=troll_colocate", r"not one of TROLL's trainers; use one of \['troll', "),
         ("actor_rollout_ref.actor.policy_loss.kl_bound=-1", r"policy_loss\.kl_bound must be a finite float > 0"),
         ("actor_rollout_ref.actor.policy_loss.topk=0", r"policy_loss\.topk must be an int >= 1"),
@@ -63,6 +62,17 @@ TROLL_CLASSES = [TrollTrainer, TrollTrainerColocateAsync, TrollTrainerSeparateAs
 def test_refusals_name_the_setting(override, match):
     with pytest.raises(Exception, match=match):
         validate_troll_config(compose_config("/nonexistent", override))
+
+
+def test_the_legacy_trainer_runs_troll_but_not_its_bypass_mode():
+    """trainer.use_v1=false is TROLL's legacy task runner (troll_verl.integration.legacy), whatever the v1 mode key
+    says; bypass mode has no field there and is refused naming both ways out."""
+    settings = validate_troll_config(compose_config("/nonexistent", "trainer.use_v1=false",
+                                                    "trainer.v1.trainer_mode=sync"))  # fmt: skip
+    assert settings.kl_bound == 0.05
+    with pytest.raises(ValueError, match=r"trainer\.use_v1=true, or algorithm\.rollout_correction\.bypass_mode=false"):
+        validate_troll_config(compose_config("/nonexistent", "trainer.use_v1=false",
+                                             "algorithm.rollout_correction.bypass_mode=true"))  # fmt: skip
 
 
 @pytest.mark.parametrize(

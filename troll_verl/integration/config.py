@@ -157,25 +157,31 @@ def validate_troll_config(config) -> TrollPolicyLossConfig:
     from verl.utils.config import omega_conf_to_dataclass
 
     actor = config.actor_rollout_ref.actor
-    if not OmegaConf.select(config, "trainer.use_v1", default=True):
-        raise ValueError(
-            "TROLL runs on verl's v1 trainer only; set trainer.use_v1=true. verl's legacy trainer "
-            "(trainer.use_v1=false) cannot carry TROLL without patching verl or a second entry point: "
-            "main_ppo_v0.TaskRunner hard-codes ActorRolloutRefWorker and RayPPOTrainer (no registry, no _target_), "
-            "and RayPPOTrainer._compute_old_log_prob keeps only fixed outputs of the old-log-prob pass "
-            "(old_log_probs, entropys, routed_experts, sum_pi_squared), so the old top-K TROLL stores there would "
-            "be dropped. Not implemented: TROLL's own TaskRunner and a RayPPOTrainer subclass re-implementing "
-            "_compute_old_log_prob; verl with upstream PR C (upstream/README.md) carries the old top-K itself."
-        )
-    mode = OmegaConf.select(config, "trainer.v1.trainer_mode", default="sync")
-    if str(mode).startswith("troll") and mode not in TROLL_TRAINER_MODES:
-        raise ValueError(
-            f"trainer.v1.trainer_mode={mode} is not one of TROLL's trainers; use one of {list(TROLL_TRAINER_MODES)}."
-        )
-    if mode in VERL_TRAINER_MODES:
-        from .seam import seam_available
+    from troll_verl.bypass.mode import bypass_requested, check_bypass_config
 
-        if not seam_available():
+    from .seam import seam_available
+
+    if not OmegaConf.select(config, "trainer.use_v1", default=True):
+        # verl's legacy trainer: TROLL's own task runner (troll_verl.integration.legacy) carries the passes
+        if bypass_requested(config):
+            raise ValueError(
+                "TROLL's bypass mode runs on verl's v1 trainer only: on the legacy trainer (trainer.use_v1=false) the "
+                "rollout's top-K reaches the update through no field. Set trainer.use_v1=true, or "
+                "algorithm.rollout_correction.bypass_mode=false."
+            )
+        if seam_available():
+            raise ValueError(
+                "TROLL on the legacy trainer (trainer.use_v1=false) has not run on a verl with the policy-loss logits "
+                "seam (upstream/): there verl's own RayPPOTrainer tags the passes. Set trainer.use_v1=true."
+            )
+    else:
+        mode = OmegaConf.select(config, "trainer.v1.trainer_mode", default="sync")
+        if str(mode).startswith("troll") and mode not in TROLL_TRAINER_MODES:
+            raise ValueError(
+                f"trainer.v1.trainer_mode={mode} is not one of TROLL's trainers; use one of "
+                f"{list(TROLL_TRAINER_MODES)}."
+            )
+        if mode in VERL_TRAINER_MODES and not seam_available():
             raise ValueError(
                 f"trainer.v1.trainer_mode={mode} is verl's own trainer, which on this verl does not tag the passes "
                 f"TROLL extends (old-log-prob and update). Set trainer.v1.trainer_mode={troll_trainer_mode(mode)}: "
@@ -215,8 +221,6 @@ def validate_troll_config(config) -> TrollPolicyLossConfig:
             "seq-mean-token-mean; got %s.",
             actor.loss_agg_mode,
         )
-    from troll_verl.bypass.mode import bypass_requested, check_bypass_config
-
     if bypass_requested(config):
         check_bypass_config(config, settings)
     return settings

@@ -48,13 +48,10 @@ import logging
 import os
 from typing import ClassVar
 
-import ray
 from omegaconf import DictConfig, open_dict
-from verl.experimental.separation.engine_workers import DetachActorWorker
 from verl.trainer.ppo.v1.trainer_colocate_async import PPOTrainerColocateAsync
 from verl.trainer.ppo.v1.trainer_separate_async import PPOTrainerSeparateAsync
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
-from verl.workers.engine_workers import ActorRolloutRefWorker, TrainingWorker
 from verl.workers.rollout.llm_server import FullyAsyncLLMServerClient
 
 from troll_verl.bypass.mode import (
@@ -72,9 +69,7 @@ from .workers import (
     TROLL_OLD_PASS_KEY,
     TROLL_OLD_SOURCE_KEY,
     TROLL_UPDATE_KEY,
-    TrollActorRolloutRefWorker,
-    TrollDetachActorWorker,
-    TrollTrainingWorker,
+    swap_worker_classes,
 )
 
 logger = logging.getLogger(__name__)
@@ -91,12 +86,6 @@ __all__ = [
 # Replay-buffer poll interval on the CPU platform (verl's default is 2 s).
 CPU_REPLAY_POLL_S = 0.05
 
-# verl's worker classes -> TROLL's (identical unless TROLL's flags are set)
-_WORKER_SWAP = {
-    ActorRolloutRefWorker: TrollActorRolloutRefWorker,
-    DetachActorWorker: TrollDetachActorWorker,
-    TrainingWorker: TrollTrainingWorker,
-}
 
 
 class TrollTrainerMixin:
@@ -137,10 +126,7 @@ class TrollTrainerMixin:
 
     def _init_resource_pool_mgr(self):
         super()._init_resource_pool_mgr()
-        for role, remote_cls in list(self.role_worker_mapping.items()):
-            original = getattr(remote_cls, "__ray_actor_class__", remote_cls)
-            if original in _WORKER_SWAP:
-                self.role_worker_mapping[role] = ray.remote(_WORKER_SWAP[original])
+        swap_worker_classes(self.role_worker_mapping)
 
     def get_llm_client(self):
         client = super().get_llm_client()

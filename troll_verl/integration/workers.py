@@ -61,6 +61,7 @@ __all__ = [
     "TROLL_OLD_PASS_KEY",
     "TROLL_UPDATE_KEY",
     "TROLL_OLD_SOURCE_KEY",
+    "swap_worker_classes",
 ]
 
 # Non-tensor flags set by TROLL's trainer on the KVBatchMeta of the old-log-prob and update passes.
@@ -145,6 +146,25 @@ class TrollDetachActorWorker(TrollActorWorkerMixin, DetachActorWorker):
         # follow every update. Copy the saved state wherever it aliases a parameter (see detach_cpu_copy).
         if _aliases_parameters(self.cpu_saved_models[n], self.actor.engine.module):
             self.cpu_saved_models[n] = detach_cpu_copy(self.cpu_saved_models[n])
+
+
+# verl's worker classes -> TROLL's (identical unless TROLL's flags are set)
+_WORKER_SWAP = {
+    ActorRolloutRefWorker: TrollActorRolloutRefWorker,
+    DetachActorWorker: TrollDetachActorWorker,
+    TrainingWorker: TrollTrainingWorker,
+}
+
+
+def swap_worker_classes(role_worker_mapping: dict) -> None:
+    """Replace verl's worker classes in a trainer's ``role_worker_mapping`` (role -> Ray actor class) by TROLL's, in
+    place (the v1 trainers and the legacy task runner alike); other classes stay."""
+    import ray
+
+    for role, remote_cls in list(role_worker_mapping.items()):
+        original = getattr(remote_cls, "__ray_actor_class__", remote_cls)
+        if original in _WORKER_SWAP:
+            role_worker_mapping[role] = ray.remote(_WORKER_SWAP[original])
 
 
 def _aliases_parameters(state, module) -> bool:
