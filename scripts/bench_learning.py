@@ -144,7 +144,7 @@ VARIANTS = {
         "troll": ["actor_rollout_ref.actor.policy_loss.loss_mode=troll"],
         "clip": ["actor_rollout_ref.actor.policy_loss.loss_mode=vanilla", "actor_rollout_ref.actor.clip_ratio=0.2"],
     },
-    # TROLL with the upper old-side estimate (troll_verl.core.sparse.old_side_estimate); its baseline is grpo's clip
+    # TROLL with the upper old-side estimate (troll_verl.core.old_side.old_side_estimate); its baseline is grpo's clip
     "grpo_upper": {
         "troll": ["actor_rollout_ref.actor.policy_loss.loss_mode=troll",
                   "actor_rollout_ref.actor.policy_loss.old_estimate=upper"],  # fmt: skip

@@ -26,8 +26,16 @@ import sys
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SMOKED_HERE = {"bench_loss.py", "bench_learning.py", "bench_import.py"}
-SMOKED_WITH_THE_REAL_MODEL = {"bench_sparsity.py", "bench_rollout_topk.py"}
+# every benchmark script -> the test file that runs it at a tiny size
+SMOKE_TESTS = {
+    "bench_loss.py": "tests/tools/test_benchmarks_on_cpu.py",
+    "bench_learning.py": "tests/tools/test_benchmarks_on_cpu.py",
+    "bench_import.py": "tests/tools/test_benchmarks_on_cpu.py",
+    "bench_kernels.py": "tests/tools/test_bench_kernels_on_cpu.py",
+    "bench_sparsity.py": "tests/e2e/test_real_model_on_cpu.py",  # on the real model's asset
+    "bench_rollout_topk.py": "tests/e2e/test_real_model_on_cpu.py",
+    "bench_task.py": "tests/e2e/test_real_model_on_cpu.py",
+}
 
 
 def _run(*args, timeout=600, **env):
@@ -39,7 +47,9 @@ def _run(*args, timeout=600, **env):
 
 def test_every_benchmark_script_has_a_smoke_test():
     scripts = {os.path.basename(p) for p in glob.glob(os.path.join(ROOT, "scripts", "bench_*.py"))}
-    assert scripts == SMOKED_HERE | SMOKED_WITH_THE_REAL_MODEL
+    assert scripts == set(SMOKE_TESTS)
+    for script, test_file in SMOKE_TESTS.items():  # the named file runs that script
+        assert script.removesuffix(".py") in open(os.path.join(ROOT, test_file)).read(), (script, test_file)
 
 
 def test_bench_loss_at_a_tiny_size(tmp_path):

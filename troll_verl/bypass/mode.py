@@ -47,7 +47,7 @@ from troll_verl.core.layout import OLD_FIELDS
 from troll_verl.rollout import SEEDED_AGENT_LOOP
 
 from .rollout_topk import align_rollout_topk, old_topk_from_rollout
-from .vllm_topk import TOPK_IDS_FIELD, TOPK_LOGPROBS_FIELD, TopKFullyAsyncLLMServerClient
+from .vllm_topk import TOPK_IDS_FIELD, TOPK_LOGPROBS_FIELD
 
 __all__ = [
     "bypass_requested",
@@ -56,7 +56,6 @@ __all__ = [
     "prepare_bypass",
     "install_topk_rollout",
     "put_old_topk_from_rollout",
-    "TopKFullyAsyncLLMServerClient",  # rollout-side (vllm_topk); the trainer builds its client from it
 ]
 
 _VLLM = "vllm"

@@ -65,7 +65,6 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 # Actor strategies TROLL's engine path supports.
-_SUPPORTED_STRATEGIES = ("fsdp", "fsdp2", "megatron")
 
 # verl's v1 trainer modes (trainer.v1.trainer_mode) that TROLL extends
 VERL_TRAINER_MODES = ("sync", "colocate_async", "separate_async")
@@ -192,9 +191,11 @@ def validate_troll_config(config) -> TrollPolicyLossConfig:
             "actor_rollout_ref.model.use_fused_kernels=true never materialises the logits TROLL needs for its "
             "top-K supports. Set actor_rollout_ref.model.use_fused_kernels=false."
         )
-    if actor.strategy not in _SUPPORTED_STRATEGIES:
+    from troll_verl.core.losses import BACKENDS  # the one table of strategies TROLL has a backend for
+
+    if actor.strategy not in BACKENDS:
         raise ValueError(
-            f"TROLL's engine path supports actor_rollout_ref.actor.strategy in {list(_SUPPORTED_STRATEGIES)}, got "
+            f"TROLL's engine path supports actor_rollout_ref.actor.strategy in {list(BACKENDS)}, got "
             f"{actor.strategy!r}. Set actor_rollout_ref.actor.strategy=fsdp2 (or megatron)."
         )
     if actor.strategy == "megatron":

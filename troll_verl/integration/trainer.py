@@ -54,12 +54,8 @@ from verl.trainer.ppo.v1.trainer_separate_async import PPOTrainerSeparateAsync
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from verl.workers.rollout.llm_server import FullyAsyncLLMServerClient
 
-from troll_verl.bypass.mode import (
-    TopKFullyAsyncLLMServerClient,
-    bypass_requested,
-    prepare_bypass,
-    put_old_topk_from_rollout,
-)
+from troll_verl.bypass.mode import bypass_requested, prepare_bypass, put_old_topk_from_rollout
+from troll_verl.bypass.vllm_topk import TopKFullyAsyncLLMServerClient
 from troll_verl.compat import rebuild_llm_client
 from troll_verl.platform.cpu import cpu_platform_requested
 
