@@ -132,7 +132,7 @@ def test_every_module_imports_in_a_fresh_interpreter():
 # A module may import modules of its own layer and of lower ones only (lower = smaller rank). The numerical core is
 # the bottom: it imports nothing else of the package.
 LAYER_RANK = {"core": 0, "compat": 1, "platform": 2, "assets": 2, "recipes": 2, "rollout": 2, "bypass": 3,
-              "integration": 4, "tools": 5, "testing": 6, "main": 6, "config": 6, "smollm2": 6}  # fmt: skip
+              "integration": 4, "tools": 5, "testing": 6, "main": 6, "config": 6}  # fmt: skip
 # the public verl APIs the core may use (what goes upstream imports them from verl itself)
 CORE_VERL_IMPORTS = {
     "verl.base_config": {"BaseConfig"},

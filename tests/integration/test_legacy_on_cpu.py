@@ -85,7 +85,7 @@ class _ActorGroup:
 def _trainer(loss_mode="troll", group=None):
     trainer = TrollRayPPOTrainer.__new__(TrollRayPPOTrainer)
     trainer.config = OmegaConf.create({"actor_rollout_ref": {"actor": {"calculate_sum_pi_squared": False}}})
-    trainer.troll_enabled = loss_mode == "troll"
+    trainer.uses_troll = loss_mode == "troll"
     trainer.actor_rollout_wg = group or _ActorGroup()
     return trainer
 

@@ -11,7 +11,7 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""TROLL's start-up checks (troll_verl.integration.config): the plugin active in every process of a run, and an
+"""TROLL's start-up checks (troll_verl.integration.startup): the plugin active in every process of a run, and an
 attention implementation that can load; each refuses, naming the node and the fix, in the driver before Ray starts
 (``troll_verl.main.prepare``) and in TROLL's workers at init.
 
@@ -28,7 +28,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from troll_verl.integration import config as startup
+from troll_verl.integration import startup
 from troll_verl.testing.verl_engine import CPU_OVERRIDES, compose_config
 
 HOST = socket.gethostname()

@@ -25,7 +25,8 @@ from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from verl.utils.config import omega_conf_to_dataclass
 from verl.workers.engine_workers import ActorRolloutRefWorker, TrainingWorker
 
-from troll_verl.integration.config import TrollPolicyLossConfig, validate_troll_config
+from troll_verl.integration.checks import validate_troll_config
+from troll_verl.integration.config import TrollPolicyLossConfig
 from troll_verl.integration.trainer import (
     TROLL_TRAINERS,
     TrollTrainer,
@@ -137,8 +138,8 @@ class _Batch(SimpleNamespace):
 
 def _trainer(troll=True, cls=TrollTrainer):
     trainer = object.__new__(cls)
-    trainer.troll_enabled = troll
-    trainer.troll_flags = troll  # verl 0.9 as released: no policy-loss logits seam
+    trainer.uses_troll = troll
+    trainer.troll_tags_passes = troll  # verl 0.9 as released: no policy-loss logits seam
     trainer.troll_bypass = False  # the actor recomputes the old distribution (bypass mode: test_bypass_on_cpu.py)
     trainer.troll_settings = TrollPolicyLossConfig()
     return trainer

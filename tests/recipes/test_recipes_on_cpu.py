@@ -572,7 +572,8 @@ def test_direct_dry_run_with_passthrough_overrides(tmp_path, data_dir):
 # ---------------------------------------------------------------------------------------------------------------
 
 CPU_SUMMARY = dict(
-    model="HuggingFaceTB/SmolLM2-135M-Instruct",  # a dry run names the model; a run builds it (troll_verl.smollm2)
+    # a dry run names the model; a run builds it (troll_verl.assets.smollm2)
+    model="HuggingFaceTB/SmolLM2-135M-Instruct",
     strategy="fsdp2", rollout="vllm", rollout_tp=1, n_gpus=1, nnodes=1, param_offload=False, optimizer_offload=False,
     train_batch_size=4, rollout_n=4, ppo_mini_batch_size=2, max_prompt_length=256, max_response_length=128,
     total_training_steps=10, test_freq=5, save_freq=-1, warnings=[],

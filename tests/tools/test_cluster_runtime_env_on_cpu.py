@@ -24,7 +24,7 @@ import pytest
 import yaml
 
 import troll_verl
-from troll_verl.integration import config as startup
+from troll_verl.integration import startup
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "install.md"

@@ -31,7 +31,7 @@ flags on the same workers:
 - with the seeded agent loop (:mod:`troll_verl.rollout.agent_loop`), the rollout requests carry the step and each
   answer's number, which verl's v1 agent loop passes and the legacy one does not.
 
-Not on this trainer yet, each refused by :func:`troll_verl.integration.config.validate_troll_config` with the fix:
+Not on this trainer yet, each refused by :func:`troll_verl.integration.checks.validate_troll_config` with the fix:
 bypass mode (the rollout's top-K reaches the legacy trainer through no field), verl with the policy-loss seam
 (``upstream/``), and verl's ``neo`` data plane (its ``EngineBatchSpec`` materialises only whitelisted keys).
 """
@@ -56,7 +56,8 @@ from verl.workers.utils.padding import left_right_2_no_padding, no_padding_2_pad
 from troll_verl.core.layout import OLD_FIELDS
 from troll_verl.rollout import SEEDED_AGENT_LOOP
 
-from .config import troll_loss_enabled, use_troll_policy_loss_config, validate_troll_config
+from .checks import uses_troll, validate_troll_config
+from .config import use_troll_policy_loss_config
 from .workers import TROLL_OLD_PASS_KEY, TROLL_UPDATE_KEY, swap_worker_classes
 
 logger = logging.getLogger(__name__)
@@ -122,9 +123,9 @@ class TrollRayPPOTrainer(RayPPOTrainer):
     """
 
     def __init__(self, config: DictConfig, *args, **kwargs):
-        self.troll_enabled = troll_loss_enabled(config)
-        self.troll_settings = validate_troll_config(config) if self.troll_enabled else None
-        if self.troll_enabled:
+        self.uses_troll = uses_troll(config.actor_rollout_ref.actor.policy_loss)
+        self.troll_settings = validate_troll_config(config) if self.uses_troll else None
+        if self.uses_troll:
             use_troll_policy_loss_config(config)
         super().__init__(config, *args, **kwargs)
 
@@ -137,7 +138,7 @@ class TrollRayPPOTrainer(RayPPOTrainer):
             self.async_rollout_manager = SeededRequests(self.async_rollout_manager)
 
     def _compute_old_log_prob(self, batch: DataProto):
-        if not self.troll_enabled:
+        if not self.uses_troll:
             return super()._compute_old_log_prob(batch)
         # verl's pass (RayPPOTrainer._compute_old_log_prob), with TROLL's flag and its fields kept
         batch_td = left_right_2_no_padding(batch.to_tensordict())
@@ -174,7 +175,7 @@ class TrollRayPPOTrainer(RayPPOTrainer):
         return super()._compute_ref_log_prob(batch)
 
     def _update_actor(self, batch: DataProto) -> DataProto:
-        if not self.troll_enabled:
+        if not self.uses_troll:
             return super()._update_actor(batch)
         batch.meta_info[TROLL_UPDATE_KEY] = True  # to the worker as non-tensor data (DataProto.to_tensordict)
         try:

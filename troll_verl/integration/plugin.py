@@ -73,11 +73,11 @@ from ..compat import (
     registered_trainer,
     rollout_replica_loader,
 )
+from .checks import POLICY_LOSS_NAME
 from .seam import seam_available
 
 logger = logging.getLogger(__name__)
 
-POLICY_LOSS_NAME = "troll"
 VLLM_ROLLOUT_NAME = "vllm"
 
 __all__ = [

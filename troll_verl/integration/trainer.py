@@ -59,7 +59,8 @@ from troll_verl.bypass.vllm_topk import TopKFullyAsyncLLMServerClient
 from troll_verl.compat import rebuild_llm_client
 from troll_verl.platform.cpu import cpu_platform_requested
 
-from .config import troll_loss_enabled, troll_trainer_mode, use_troll_policy_loss_config, validate_troll_config
+from .checks import troll_trainer_mode, uses_troll, validate_troll_config
+from .config import use_troll_policy_loss_config
 from .seam import seam_available
 from .workers import (
     TROLL_OLD_PASS_KEY,
@@ -95,19 +96,19 @@ class TrollTrainerMixin:
     troll_base_mode: ClassVar[str]
 
     def __init__(self, config: DictConfig):
-        self.troll_enabled = troll_loss_enabled(config)
-        self.troll_settings = validate_troll_config(config) if self.troll_enabled else None
-        if self.troll_enabled:
+        self.uses_troll = uses_troll(config.actor_rollout_ref.actor.policy_loss)
+        self.troll_settings = validate_troll_config(config) if self.uses_troll else None
+        if self.uses_troll:
             use_troll_policy_loss_config(config)
         # bypass mode: the old distribution is the vLLM rollout's top-K and no old-log-prob pass runs (bypass.py)
-        self.troll_bypass = self.troll_enabled and bypass_requested(config)
+        self.troll_bypass = self.uses_troll and bypass_requested(config)
         self.troll_rollout_topk = prepare_bypass(config, self.troll_settings) if self.troll_bypass else None
         # NOTE: verl keys its sync-vs-async behaviour off trainer.v1.trainer_mode; run as verl's own mode.
         with open_dict(config):
             config.trainer.v1.trainer_mode = self.troll_base_mode
         # TROLL's own pass flags, only where verl lacks the policy-loss logits seam
-        self.troll_flags = self.troll_enabled and not seam_available()
-        if self.troll_bypass and not self.troll_flags:
+        self.troll_tags_passes = self.uses_troll and not seam_available()
+        if self.troll_bypass and not self.troll_tags_passes:
             # NOTE: the mismatch metric lives in TROLL's loss function, which verl's own ppo_loss replaces on the seam
             logger.warning(
                 "TROLL bypass mode on a verl with the policy-loss logits seam: troll/mismatch_kl and "
@@ -143,7 +144,7 @@ class TrollTrainerMixin:
                 )  # fmt: skip
             )
             return batch
-        if not self.troll_flags:
+        if not self.troll_tags_passes:
             return super()._compute_old_log_prob(batch, metrics)
         batch.extra_info[TROLL_OLD_PASS_KEY] = True
         try:
@@ -156,12 +157,12 @@ class TrollTrainerMixin:
 
     def _compute_ref_log_prob(self, batch, metrics: dict):
         # The reference pass (also LoRA's reference-through-actor pass) must never store TROLL's old top-K.
-        if self.troll_flags:
+        if self.troll_tags_passes:
             batch.extra_info[TROLL_OLD_PASS_KEY] = False
         return super()._compute_ref_log_prob(batch, metrics)
 
     def _update_actor(self, batch, metrics: dict):
-        if not self.troll_flags:
+        if not self.troll_tags_passes:
             return super()._update_actor(batch, metrics)
         batch.extra_info[TROLL_UPDATE_KEY] = True
         batch.extra_info[TROLL_OLD_SOURCE_KEY] = self.troll_bypass
@@ -194,7 +195,7 @@ class TrollTrainerSeparateAsync(TrollTrainerMixin, PPOTrainerSeparateAsync):
     troll_base_mode = "separate_async"
 
     def __init__(self, config: DictConfig):
-        troll = troll_loss_enabled(config)
+        troll = uses_troll(config.actor_rollout_ref.actor.policy_loss)
         super().__init__(config)  # validates first
         if troll:
             logger.warning(

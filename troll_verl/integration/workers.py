@@ -29,7 +29,7 @@ all inert unless the trainer asks for them:
   ``troll_old_from_rollout`` (bypass mode) the step's first micro-batch also reports ``troll/mismatch_kl``.
 
 Every worker class here first runs TROLL's start-up checks in its own process (the plugin is active on this node,
-the model's attention can load here: :func:`troll_verl.integration.config.check_worker_start`) and initialises a
+the model's attention can load here: :func:`troll_verl.integration.startup.check_worker_start`) and initialises a
 ``gloo`` process group on the CPU platform (see :func:`troll_verl.platform.cpu.init_cpu_process_group`).
 """
 
@@ -46,9 +46,10 @@ from verl.workers.engine_workers import ActorRolloutRefWorker, TrainingWorker
 
 from troll_verl.platform.cpu import detach_cpu_copy, init_cpu_process_group
 
-from .config import check_training_worker_start, check_worker_start
+from .checks import uses_troll
 from .loss_fn import TROLL_MODE_KEY, TrollLossFn
 from .seam import seam_available
+from .startup import check_training_worker_start, check_worker_start
 
 # the roles of verl's actor worker that train (verl's ActorRolloutRefWorker tests the same list)
 _ACTOR_ROLES = ("actor", "actor_rollout", "actor_rollout_ref")
@@ -71,11 +72,6 @@ TROLL_UPDATE_KEY = "troll_update"
 TROLL_OLD_SOURCE_KEY = "troll_old_from_rollout"
 
 
-def troll_enabled(actor_config) -> bool:
-    """True when the actor config selects ``loss_mode=troll``."""
-    return actor_config.policy_loss.get("loss_mode", "vanilla") == "troll"
-
-
 class TrollTrainingWorker(TrainingWorker):
     """verl's ``TrainingWorker`` (critic, standalone actor); on the CPU platform it creates a gloo group first."""
 
@@ -94,19 +90,19 @@ class TrollActorWorkerMixin:
         super().__init__(config, role, distillation_config=distillation_config, **kwargs)
         self.troll_loss_fn: TrollLossFn | None = None
         # where verl has the policy-loss logits seam, verl's own worker sets the passes' flags: TROLL's step aside
-        self.troll_flags = not seam_available()
+        self.stock_route = not seam_available()
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def init_model(self):
         super().init_model()
-        if self.role in _ACTOR_ROLES and troll_enabled(self.config.actor) and self.troll_flags:
+        if self.role in _ACTOR_ROLES and uses_troll(self.config.actor.policy_loss) and self.stock_route:
             self.troll_loss_fn = TrollLossFn(omega_conf_to_dataclass(self.config.actor))
             self.loss_fn = self.troll_loss_fn
             self.actor.set_loss_fn(self.troll_loss_fn)
 
     @register(dispatch_mode=make_nd_compute_dataproto_dispatch_fn(mesh_name="actor"))
     def compute_log_prob(self, data: TensorDict) -> TensorDict:
-        if self.troll_flags and tu.get_non_tensor_data(data=data, key=TROLL_OLD_PASS_KEY, default=False):
+        if self.stock_route and tu.get_non_tensor_data(data=data, key=TROLL_OLD_PASS_KEY, default=False):
             if tu.get_non_tensor_data(data=data, key="no_lora_adapter", default=False):
                 raise RuntimeError(
                     "A reference pass (no_lora_adapter=True) asked to store TROLL's old top-K; it would overwrite "
@@ -120,7 +116,7 @@ class TrollActorWorkerMixin:
 
     @register(dispatch_mode=make_nd_compute_dataproto_dispatch_fn(mesh_name="actor"))
     def update_actor(self, data: TensorDict) -> TensorDict:
-        if self.troll_flags and tu.get_non_tensor_data(data=data, key=TROLL_UPDATE_KEY, default=False):
+        if self.stock_route and tu.get_non_tensor_data(data=data, key=TROLL_UPDATE_KEY, default=False):
             if self.troll_loss_fn is None:
                 raise RuntimeError("TROLL's update pass needs loss_mode=troll on the actor (init_model).")
             tu.assign_non_tensor(

@@ -173,7 +173,8 @@ def dry_run(config: DictConfig) -> dict[str, Any]:
     from verl.trainer.ppo.utils import need_critic, need_reference_policy, need_reward_model, need_teacher_policy
     from verl.utils.config import omega_conf_to_dataclass
 
-    from troll_verl.integration.config import troll_loss_enabled, troll_settings
+    from troll_verl.integration.checks import uses_troll
+    from troll_verl.integration.config import troll_settings
 
     config = without_model_loading(copy.deepcopy(config))
     # verl's TaskRunnerV1 resolves the config before building anything: every interpolation must resolve.
@@ -204,7 +205,7 @@ def dry_run(config: DictConfig) -> dict[str, Any]:
     get_custom_reward_fn(config)  # imports the reward module and looks the function up, as the reward loop does
 
     # prepare() ran validate_troll_config (again here, it would repeat its warnings)
-    troll = troll_settings(actor) if troll_loss_enabled(config) else None
+    troll = troll_settings(actor) if uses_troll(config.actor_rollout_ref.actor.policy_loss) else None
     warnings = check_startup(config, actor, rollout, use_ref, critic)
     warnings += check_trainer_mode(config, need_reward_model(config), troll is not None)
 

@@ -11,7 +11,7 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""``python -m troll_verl.smollm2``: build (or find) the cached SmolLM2-135M-Instruct asset and print its paths."""
+"""``python -m troll_verl.assets.smollm2``: build (or find) the cached SmolLM2-135M-Instruct asset, print its paths."""
 
 import argparse
 import json

