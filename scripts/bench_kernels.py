@@ -114,6 +114,8 @@ def kernels():
 
 
 def torch_path():
+    """The torch path's modules. Their public functions dispatch CUDA logits to the kernels unless TROLL_KERNELS=torch,
+    which :func:`main` sets for this script (the kernels are called directly)."""
     from troll_verl.core import projection, sparse, terms
 
     return SimpleNamespace(sparse=sparse, projection=projection, terms=terms)
@@ -612,7 +614,8 @@ def stage_tests(ctx: Context) -> dict:
         "tests/core/kernels/test_sparse_kernels_on_cpu.py",
         "tests/core/kernels/test_projection_kernels_on_cpu.py",
     ]
-    env = {**os.environ, "TROLL_TEST_DEVICE": "cuda", "PYTHONPATH": ROOT}
+    # the core's own tests on the torch path (on CUDA: its sync-free code); the kernels' tests against it
+    env = {**os.environ, "TROLL_TEST_DEVICE": "cuda", "PYTHONPATH": ROOT, "TROLL_KERNELS": "torch"}
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=", "--import-mode=importlib",
            "-m", "not slow", *files]  # fmt: skip
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True,
@@ -799,6 +802,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
+    os.environ["TROLL_KERNELS"] = "torch"  # "TROLL torch" is the torch path; the kernels are called directly
     args.work = args.work or tempfile.mkdtemp(prefix="troll-bench-kernels-")
     if args.stage:
         ctx = Context(args, args.stage)

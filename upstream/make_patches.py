@@ -70,6 +70,7 @@ TRAILERS = "Co-authored-by: Claude <noreply@anthropic.com>\n"
 
 # package module -> path in verl's tree
 MODULES_D = {
+    "troll_verl/core/host.py": "verl/trainer/troll/host.py",
     "troll_verl/core/projection.py": "verl/trainer/troll/projection.py",
     "troll_verl/core/sparse.py": "verl/trainer/troll/sparse.py",
     "troll_verl/core/old_side.py": "verl/trainer/troll/old_side.py",
@@ -102,7 +103,7 @@ TESTS_E = {
 EXPOSED = ("kl_bound", "alpha", "topk", "ratio_level")
 ABLATIONS = {"old_estimate": "floor", "tail": "bucket", "solver": "newton"}
 
-_SUBMODULES = "projection|sparse|old_side|layout|terms|losses|fsdp|megatron"
+_SUBMODULES = "host|projection|sparse|old_side|layout|terms|losses|fsdp|megatron"
 _USES_SETTINGS = ("troll_verl/core/terms.py", "troll_verl/core/fsdp/losses.py", "troll_verl/core/megatron/losses.py")
 _USES_CONFIG = ("tests/core/test_losses_on_cpu.py", "tests/integration/test_seam_on_cpu.py")
 # (pattern, replacement, the sources it must match in); regular expressions, applied to every generated file in order
@@ -221,7 +222,13 @@ EDITS = {
         sub(r'self\._choice\("ratio_level", RATIO_LEVELS\)', 'self._choice("ratio_level", ("token", "sequence"))'),
     ],
     "troll_verl/core/projection.py": _SOLVER,
-    "troll_verl/core/sparse.py": _OLD_ESTIMATE,
+    "troll_verl/core/sparse.py": [  # the Triton kernels stay in the plugin (not yet measured on a GPU)
+        keep("statistics is _FULL_VOCABULARY and use_kernels(logits, topk)", "none"),
+        keep("statistics is _FULL_VOCABULARY and use_kernels(logits, topk, old.ids.shape[-1])", "none"),
+        sub(r"^from \.kernels import use_kernels\n", ""),
+        sub(r"^    # shared with backends that build the support in kernels of their own \(kernels/\)\n", ""),
+        *_OLD_ESTIMATE,
+    ],
     "troll_verl/core/old_side.py": _OLD_SIDE,
     # loss "troll" is registered in core_algos (prD/verl.diff), whose spec names the hooks lazily; verl's own ppo_loss
     # decides the loss metrics' aggregation there too, and no engine needs the stock-verl route's fact
@@ -235,6 +242,9 @@ EDITS = {
             r"    \"\"\"\n\n    STOCK_ENGINE_KEEPS_ROWS: bool\n", '.\n    """\n'),
     ],
     "troll_verl/core/terms.py": [  # the tail is always a differentiable bucket (the paper's renormalisation dropped)
+        keep("cfg.solver == 'newton' and support.new_logprobs.shape[-1] <= 2 * MAX_TOPK + 2 and "
+             "use_kernels(support.new_logprobs)", "none"),
+        sub(r"^from \.kernels import MAX_TOPK, use_kernels\n", ""),
         keep("cfg.tail == 'renormalize'", "none"),
         sub(r"^        solver=cfg\.solver,\n", ""),
     ],

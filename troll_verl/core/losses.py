@@ -77,6 +77,22 @@ def troll_policy_objective(
     loss_agg_mode: str,
     config: Any,
     rollout_is_weights: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Aggregate per-token TROLL terms into the policy loss (TROLL §4, §7): :func:`_objective` with its metrics
+    read back as floats (one transfer). Arguments and the loss as :func:`_objective`'s."""
+    loss, metrics = _objective(terms, old_log_prob, advantages, response_mask, loss_agg_mode, config,
+                               rollout_is_weights)  # fmt: skip
+    return loss, _to_host(metrics)
+
+
+def _objective(
+    terms: TrollTokenTerms,
+    old_log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    loss_agg_mode: str,
+    config: Any,
+    rollout_is_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, Any]]:
     """Aggregate per-token TROLL terms into the policy loss (TROLL §4, §7).
 
@@ -93,7 +109,8 @@ def troll_policy_objective(
         rollout_is_weights: optional ``(bsz, T)``, applied to the policy-gradient term only.
 
     Returns:
-        ``(loss, metrics)`` with float metrics (keys in :data:`MAX_METRICS` are maxima).
+        ``(loss, metrics)`` with 0-d tensor metrics on the loss's device (keys in :data:`MAX_METRICS` are maxima),
+        read back by the caller in one transfer (:func:`_to_host`).
     """
     cfg = config.policy_loss.troll
     mask = response_mask.bool()
@@ -120,8 +137,8 @@ def troll_policy_objective(
     loss = pg_loss + cfg.alpha * reg_loss
 
     metrics = _metrics(terms, mask, old_log_prob, cfg.kl_bound)
-    metrics["troll/pg_loss"] = pg_loss.detach().item()
-    metrics["troll/regression_loss"] = reg_loss.detach().item()
+    metrics["troll/pg_loss"] = pg_loss.detach()
+    metrics["troll/regression_loss"] = reg_loss.detach()
     return loss, metrics
 
 
@@ -194,10 +211,11 @@ def troll_logits_fn(
     outputs = troll_backend(config.strategy).compute_troll_token_terms(logits, data, cfg, data_format)
     # what the old-log-prob pass stored per response token and reached this update (measured)
     lengths = data["response_mask"].offsets().diff() if data["response_mask"].is_nested else None
-    n_tokens = int(lengths.sum()) if lengths is not None else int(data["response_mask"].sum())
+    n_tokens = lengths.sum() if lengths is not None else data["response_mask"].sum()  # on the device: no host read
     stored = sum(_nbytes(data[key]) for key in OLD_FIELDS)
     ref = outputs["log_probs"]
-    outputs["troll_old_bytes_per_token"] = torch.full_like(ref, stored / max(n_tokens, 1), dtype=torch.float32)
+    per_token = stored / n_tokens.to(device=ref.device, dtype=torch.float32).clamp_min(1.0)
+    outputs["troll_old_bytes_per_token"] = per_token.expand(ref.shape).clone()
     return outputs
 
 
@@ -280,8 +298,7 @@ def compute_policy_loss_troll(
             log_prob=log_prob,
             **{name: logits_outputs[f"troll_{name}"] for name in TrollTokenTerms._fields if name != "log_prob"},
         )
-        iters = logits_outputs["troll_solver_iters"]
-        iters = float(iters[mask].max()) if bool(mask.any()) else 0.0
+        iters = torch.where(mask, logits_outputs["troll_solver_iters"], 0.0).max()
         extra["troll/old_topk_bytes_per_token"] = _masked_mean(logits_outputs["troll_old_bytes_per_token"], mask)
     elif support is not None:
         if support.new_logprobs.shape[:-1] != mask.shape:
@@ -296,16 +313,25 @@ def compute_policy_loss_troll(
             "computed by troll_logits_fn inside the engine's forward pass (logits_outputs=), which needs an engine "
             "with the policy-loss logits hook and use_fused_kernels=False."
         )
-    loss, metrics = troll_policy_objective(
-        terms, old_log_prob, advantages, mask, loss_agg_mode, config, rollout_is_weights
-    )
-    metrics["troll/solver_iters"] = float(iters)
+    loss, metrics = _objective(terms, old_log_prob, advantages, mask, loss_agg_mode, config, rollout_is_weights)
+    metrics["troll/solver_iters"] = iters
     metrics.update(extra)
-    return loss, with_aggregation(metrics, _loss_aggregation(config.global_batch_info))
+    return loss, with_aggregation(_to_host(metrics), _loss_aggregation(config.global_batch_info))
 
 
-def _masked_mean(values: torch.Tensor, mask: torch.Tensor) -> float:
-    return float(verl_F.masked_mean(values.float(), mask)) if bool(mask.any()) else 0.0
+def _masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Mean of ``values`` over ``mask`` as a 0-d tensor, 0 where the mask is empty (no host read)."""
+    return torch.where(mask.any(), verl_F.masked_mean(values.float(), mask), 0.0)
+
+
+def _to_host(metrics: dict[str, Any]) -> dict[str, float]:
+    """Every 0-d tensor metric as a float, read back in one transfer (one device sync per micro-batch)."""
+    keys = [key for key, value in metrics.items() if isinstance(value, torch.Tensor)]
+    out = {key: value for key, value in metrics.items() if key not in keys}
+    if keys:
+        values = torch.stack([metrics[key].detach().to(torch.float64).reshape(()) for key in keys]).tolist()
+        out.update(zip(keys, values, strict=True))
+    return {key: out[key] for key in metrics}
 
 
 def with_aggregation(metrics: dict[str, float], loss_aggregation: AggregationType) -> dict[str, Any]:
@@ -348,28 +374,27 @@ def _loss_aggregation(global_batch_info: dict) -> AggregationType:
 
 
 @torch.no_grad()
-def _metrics(terms: TrollTokenTerms, mask, old_log_prob, kl_bound) -> dict[str, float]:
-    """Trust-region diagnostics over the tokens in ``mask`` (0.0 when it is empty); verl-compatible keys included."""
+def _metrics(terms: TrollTokenTerms, mask, old_log_prob, kl_bound) -> dict[str, torch.Tensor]:
+    """Trust-region diagnostics over the tokens in ``mask`` as 0-d tensors (0 when it is empty); verl-compatible
+    keys included."""
     projected = (terms.projected > 0) & mask
     kl_after = torch.where(mask, terms.kl_after, 0.0)
     eta = torch.where(projected, terms.eta, 0.0)
-    stats = {
-        "troll/kl_before": verl_F.masked_mean(terms.kl_before, mask),
-        "troll/kl_after": verl_F.masked_mean(terms.kl_after, mask),
-        "troll/kl_after_max": kl_after.max(),
+    zero = torch.zeros((), dtype=torch.float32, device=mask.device)
+    metrics = {
+        "troll/kl_before": _masked_mean(terms.kl_before, mask),
+        "troll/kl_after": _masked_mean(terms.kl_after, mask),
+        "troll/kl_after_max": kl_after.max() if kl_after.numel() else zero,
         # residual violation at the solver's limits (eta_max); 0 when every bound holds
-        "troll/bound_violation_max": (kl_after - kl_bound).clamp_min(0.0).max(),
-        "troll/projected_frac": verl_F.masked_mean(projected.float(), mask),
+        "troll/bound_violation_max": (kl_after - kl_bound).clamp_min(0.0).max() if kl_after.numel() else zero,
+        "troll/projected_frac": _masked_mean(projected.float(), mask),
         "troll/eta_mean": eta.sum() / projected.sum().clamp_min(1),
-        "troll/eta_max": eta.max(),
-        "troll/support_size": verl_F.masked_mean(terms.support_size, mask),
-        "troll/covered_mass": verl_F.masked_mean(terms.covered_mass, mask),
-        "actor/ppo_kl": verl_F.masked_mean(torch.where(mask, old_log_prob - terms.log_prob, 0.0), mask),
+        "troll/eta_max": eta.max() if eta.numel() else zero,
+        "troll/support_size": _masked_mean(terms.support_size, mask),
+        "troll/covered_mass": _masked_mean(terms.covered_mass, mask),
+        "actor/ppo_kl": _masked_mean(torch.where(mask, old_log_prob - terms.log_prob, 0.0), mask),
+        # TROLL does not clip; actor/pg_clipfrac(_lower) are kept so existing dashboards keep their panels
+        "actor/pg_clipfrac": zero,
+        "actor/pg_clipfrac_lower": zero,
     }
-    if int(mask.sum()) == 0:
-        metrics = dict.fromkeys(stats, 0.0)
-    else:
-        metrics = dict(zip(stats, torch.stack(list(stats.values())).tolist(), strict=True))  # one device sync
-    # TROLL does not clip; actor/pg_clipfrac(_lower) are kept so existing dashboards keep their panels
-    metrics["actor/pg_clipfrac"] = metrics["actor/pg_clipfrac_lower"] = 0.0
     return metrics

@@ -42,6 +42,7 @@ from typing import NamedTuple
 import torch
 from torch.autograd.function import once_differentiable
 
+from .host import host_reads
 from .options import SOLVERS
 
 __all__ = ["ProjectionResult", "project", "compute_dtype", "full_precision", "SOLVERS"]
@@ -71,7 +72,8 @@ class ProjectionResult(NamedTuple):
         kl_after: ``(...)`` KL(π ‖ π_old) of the returned distribution. Above ``kl_bound`` only where the
             solver hit ``eta_max`` (the residual violation is reported here, never hidden).
         projected: ``(...)`` bool, True where the row was projected (η > 0).
-        num_iters: solver iterations used by the slowest row (python int).
+        num_iters: solver iterations used by the slowest row, a 0-d int64 tensor on the inputs' device (reading
+            it is a device sync, left to the caller).
     """
 
     logprobs: torch.Tensor
@@ -79,7 +81,7 @@ class ProjectionResult(NamedTuple):
     kl_before: torch.Tensor
     kl_after: torch.Tensor
     projected: torch.Tensor
-    num_iters: int
+    num_iters: torch.Tensor
 
 
 def project(
@@ -121,7 +123,7 @@ def project(
     out, eta, kl_before, kl_after, projected, iters = _KLProjection.apply(
         new_logprobs, old_logprobs, mask, float(kl_bound), solver, int(max_iter), tol, float(eta_max)
     )
-    return ProjectionResult(out, eta, kl_before, kl_after, projected, int(iters.item()))
+    return ProjectionResult(out, eta, kl_before, kl_after, projected, iters)
 
 
 def _check_args(new, old, kl_bound, mask, solver, max_iter, tol, eta_max) -> None:
@@ -283,12 +285,15 @@ def _row_target(kl_bound: float, lo: torch.Tensor, s: torch.Tensor) -> torch.Ten
     return (kl_bound * (1.0 - _TARGET_MARGIN[s.dtype]) - rounding).clamp_min(0.5 * kl_bound)
 
 
-def _solve_newton(moments, kl0, target, w_min, max_iter, tol):
-    """Safeguarded Newton on φ(u) = log KL(π_w ‖ π_old) − log ε_t in u = log w ∈ [log w_min, 0].
+def _solve_newton(moments, kl0, target, w_min, max_iter, tol, active, host):
+    """Safeguarded Newton on φ(u) = log KL(π_w ‖ π_old) − log ε_t in u = log w ∈ [log w_min, 0], for the rows in
+    ``active`` (the others' values are discarded by the caller).
 
     φ is increasing in u and close to linear (KL ≈ w² Var/2 near w = 0), so Newton converges in a handful of
-    passes; a step that leaves the current bracket [lo, hi] is replaced by bisection of the bracket.
-    dφ/du = w² Var_w(s) / KL.
+    passes; a step that leaves the current bracket [lo, hi] is replaced by bisection of the bracket. Every row keeps
+    stepping until all active rows have converged (then all stop). With ``host`` the loop ends there; without, it
+    runs ``max_iter`` passes with the rows frozen from then on, so that no pass reads a value back to the host.
+    dφ/du = w² Var_w(s) / KL. Returns ``(u, iterations as a 0-d int64 tensor)``.
     """
     log_t = torch.log(target)
     u_min = math.log(w_min)
@@ -297,9 +302,11 @@ def _solve_newton(moments, kl0, target, w_min, max_iter, tol):
     lo_b = torch.full_like(u, u_min)
     hi_b = torch.zeros_like(u)  # KL(1) = kl0 > target
     tiny = torch.finfo(kl0.dtype).tiny
-    it = 0
+    all_done = ~active.any()
+    iters = torch.zeros((), dtype=torch.long, device=u.device)
     for _ in range(max_iter):
-        it += 1
+        if host and bool(all_done):
+            break
         w = torch.exp(u)
         kl, var = moments(w, need_var=True)
         kl = kl.clamp_min(tiny)
@@ -315,14 +322,15 @@ def _solve_newton(moments, kl0, target, w_min, max_iter, tol):
         outside = ~((u_new >= lo_b) & (u_new <= hi_b)) | (phi < _NEWTON_TRUST_PHI)  # also catches NaN
         u_new = torch.where(outside, 0.5 * (lo_b + hi_b), u_new)
         done = (((u_new - u).abs() <= tol) & (phi.abs() <= _PHI_CONVERGED)) | (hi_b - lo_b <= tol)
-        u = u_new
-        if bool(done.all()):
-            break
-    return u, it
+        u = torch.where(all_done, u, u_new)  # the final step is applied; nothing moves once all rows are done
+        iters += (~all_done).long()
+        all_done = all_done | (done | ~active).all()
+    return u, iters
 
 
 def _solve_bisection(moments, kl0, target, w_min, max_iter):
-    """Plain bisection on v = log η ∈ [−8, log η_max]; returns the feasible (large-η) end."""
+    """Plain bisection on v = log η ∈ [−8, log η_max]; returns the feasible (large-η) end and ``max_iter`` as a 0-d
+    int64 tensor."""
     a = torch.full_like(kl0, -8.0)  # infeasible side: small η
     b = torch.full_like(kl0, math.log(1.0 / w_min - 1.0))
     for _ in range(max_iter):
@@ -332,11 +340,11 @@ def _solve_bisection(moments, kl0, target, w_min, max_iter):
         feas = kl <= target
         b = torch.where(feas, v, b)
         a = torch.where(feas, a, v)
-    return torch.log(1.0 / (1.0 + torch.exp(b))), max_iter
+    return torch.log(1.0 / (1.0 + torch.exp(b))), torch.tensor(max_iter, device=kl0.device)
 
 
 def _projected_rows(lo_p, s_p, w_p):
-    """log π_w for the projected rows: ``(P, S)`` (−inf at masked entries)."""
+    """log π_w for rows ``(R, S)`` at their ``w`` ``(R,)`` (−inf at masked entries)."""
     x = torch.addcmul(lo_p, s_p, w_p[:, None])
     return x - torch.logsumexp(x, dim=-1, keepdim=True)
 
@@ -369,42 +377,41 @@ class _KLProjection(torch.autograd.Function):
         cdt = lo.dtype
         # NOTE: inside/outside is decided against the solver's own target (ε less its margins), so that "the bound
         # holds on every token" is true of the returned values, not only of their rounded KL.
-        target_all = _row_target(kl_bound, lo, s)
-        projected = row_ok & (kl_before > target_all)
-        idx = projected.nonzero().squeeze(1)
-
+        target = _row_target(kl_bound, lo, s)
+        projected = row_ok & (kl_before > target)
+        host = host_reads(kl_before)
         out = new.detach().reshape(lo.shape).clone()
-        w_all = torch.ones_like(kl_before)
-        kl_after = kl_before.clone()
-        iters = 0
-        w_p = None
-        if idx.numel() > 0:
-            s_p, kl0 = s.index_select(0, idx), kl_before.index_select(0, idx)
-            moments = _Moments(s_p, lo.index_select(0, idx), center=kl0)
-            target = target_all.index_select(0, idx)
+        # every row goes through the solver (fixed shapes, no gather of the projected ones: no host read); the rows
+        # inside the ball keep w = 1 and their input values
+        if host and not bool(projected.any()):
+            w = torch.ones_like(kl_before)
+            kl_after = kl_before.clone()
+            iters = torch.zeros((), dtype=torch.long, device=kl_before.device)
+        else:
+            moments = _Moments(s, lo, center=kl_before)
             w_min = 1.0 / (1.0 + eta_max)
             if solver == "newton":
-                u, iters = _solve_newton(moments, kl0, target, w_min, max_iter, tol or _DEFAULT_TOL[cdt])
+                tol = tol or _DEFAULT_TOL[cdt]
+                u, iters = _solve_newton(moments, kl_before, target, w_min, max_iter, tol, projected, host)
             else:
-                u, iters = _solve_bisection(moments, kl0, target, w_min, max_iter)
-            w_p = torch.exp(u)
-            lp, kl_after_p = moments.logprobs(w_p)
-            kl_after[idx] = kl_after_p
+                u, iters = _solve_bisection(moments, kl_before, target, w_min, max_iter)
+                iters = torch.where(projected.any(), iters, 0)
+            w = torch.where(projected, torch.exp(u), 1.0)
+            lp, kl_w = moments.logprobs(w)
+            kl_after = torch.where(projected, kl_w, kl_before)
             if valid is not None:
-                lp = torch.where(valid[idx], lp, out[idx].to(cdt))
-            out[idx] = lp.to(out.dtype)
-            w_all[idx] = w_p
+                lp = torch.where(valid, lp, out.to(cdt))
+            out = torch.where(projected[:, None], lp.to(out.dtype), out)
 
-        eta = 1.0 / w_all - 1.0
+        eta = 1.0 / w - 1.0
         bad = ~row_ok
         if valid is not None:
             bad = bad & valid.any(-1)  # rows without support are legitimately unchanged
-        if bool(bad.any()):
-            out[bad] = math.nan
-            for t in (eta, kl_before, kl_after):
-                t[bad] = math.nan
+        # a non-finite value on the support makes the whole row NaN (masked fills, no host read)
+        out = out.masked_fill(bad[:, None], math.nan)
+        eta, kl_before, kl_after = (t.masked_fill(bad, math.nan) for t in (eta, kl_before, kl_after))
 
-        ctx.save_for_backward(new, old, mask, idx, w_p if w_p is not None else torch.empty(0), bad)
+        ctx.save_for_backward(new, old, mask, projected, w, bad)
         ctx.has_mask = mask is not None
         batch = new.shape[:-1]
         outs = (
@@ -413,7 +420,7 @@ class _KLProjection(torch.autograd.Function):
             kl_before.reshape(batch),
             kl_after.reshape(batch),
             projected.reshape(batch),
-            torch.tensor(iters),
+            iters,
         )
         ctx.mark_non_differentiable(*outs[1:])
         return outs
@@ -423,32 +430,30 @@ class _KLProjection(torch.autograd.Function):
     @full_precision
     def backward(ctx, grad_out, *_):
         """∂L/∂log π̃ by the implicit function theorem at η* (the derivation is in the class docstring)."""
-        new, old, mask, idx, w_p, bad = ctx.saved_tensors
+        new, old, mask, projected, w, bad = ctx.saved_tensors
         if not ctx.needs_input_grad[0]:
             return (None,) * 8
         S = new.shape[-1]
         g = grad_out.reshape(-1, S)
-        grad = g.clone()
-        if idx.numel() > 0:
-            sub_mask = mask.reshape(-1, S)[idx] if ctx.has_mask else None
-            lo, s, _, valid, _ = _prepare(new.reshape(-1, S)[idx], old.reshape(-1, S)[idx], sub_mask)
+        if host_reads(g) and not bool(projected.any()):
+            grad = g.clone()
+        else:
+            # every row through the same formula (fixed shapes); the rows inside the ball keep their gradient
+            lo, s, _, valid, _ = _prepare(new.reshape(-1, S), old.reshape(-1, S), mask.reshape(-1, S) if ctx.has_mask
+                                          else None)  # fmt: skip
             cdt = lo.dtype
-            gp = g[idx].to(cdt)
-            if valid is not None:
-                gp_v = gp.masked_fill(~valid, 0.0)
-            else:
-                gp_v = gp
-            lp = _projected_rows(lo, s, w_p)
+            gp = g.to(cdt)
+            gp_v = gp.masked_fill(~valid, 0.0) if valid is not None else gp
+            lp = _projected_rows(lo, s, w)
             p = torch.exp(lp)  # 0 at masked entries
             es = (p * s).sum(-1, keepdim=True)
             d = (s - es) if valid is None else (s - es).masked_fill(~valid, 0.0)
             var = (p * d * d).sum(-1, keepdim=True).clamp_min(torch.finfo(cdt).tiny)
             c = (gp_v * d).sum(-1, keepdim=True)
-            w = w_p[:, None]
-            gs = w * (gp_v - p * gp_v.sum(-1, keepdim=True)) - w * c * p * d / var
+            w_col = w[:, None]
+            gs = w_col * (gp_v - p * gp_v.sum(-1, keepdim=True)) - w_col * c * p * d / var
             if valid is not None:
                 gs = torch.where(valid, gs, gp)
-            grad[idx] = gs.to(grad.dtype)
-        if bool(bad.any()):
-            grad[bad] = math.nan
+            grad = torch.where(projected[:, None], gs.to(g.dtype), g)
+        grad = grad.masked_fill(bad[:, None], math.nan)
         return grad.reshape(new.shape), None, None, None, None, None, None, None

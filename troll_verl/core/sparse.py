@@ -61,6 +61,8 @@ from typing import NamedTuple
 import torch
 from torch.autograd.function import once_differentiable
 
+from .host import host_reads
+from .kernels import use_kernels
 from .old_side import old_side_estimate
 from .options import check_old_estimate
 from .projection import compute_dtype, full_precision
@@ -155,7 +157,8 @@ def _check_rows(rows: torch.Tensor, n_logits: int) -> int:
     """Check that ``rows`` is a 1-D int64 index into the ``n_logits`` rows of the logits; return its length."""
     if not isinstance(rows, torch.Tensor) or rows.dim() != 1 or rows.dtype != torch.long:
         raise ValueError(f"rows must be a 1-D int64 tensor of row indices, got {getattr(rows, 'dtype', type(rows))}.")
-    if rows.numel() and (int(rows.min()) < 0 or int(rows.max()) >= n_logits):
+    # the range check reads the rows back to the host: on the CPU only (an accelerator's indexing asserts itself)
+    if rows.numel() and host_reads(rows) and (int(rows.min()) < 0 or int(rows.max()) >= n_logits):
         raise ValueError(f"rows must index the {n_logits} rows of logits, got values outside [0, {n_logits}).")
     return rows.shape[0]
 
@@ -441,6 +444,10 @@ def old_topk_from_logits(
         :class:`OldTopK` with ``ids (N, K)`` int32, ``logprobs (N, K)`` and ``tail_logprob (N,)`` (fp32, or
         fp64 for fp64 logits), where ``K = min(topk, V)``.
     """
+    if statistics is _FULL_VOCABULARY and use_kernels(logits, topk):  # the GPU path (troll_verl.core.kernels)
+        from .kernels import support as kernels
+
+        return kernels.old_topk_from_logits(logits, topk, mass_delta, floor, value_dtype, chunk_size, rows)
     _check_logits("logits", logits)
     check_support_args(topk, mass_delta, floor)
     V = logits.shape[1]
@@ -522,8 +529,11 @@ class _SparseFromLogits(torch.autograd.Function):
             )  # fmt: skip
             for buf, val in zip(bufs, out, strict=True):
                 buf[r0:r1] = val
-        width = max(int(count.max().item()) if N > 0 else 1, 1)  # the widest union in the batch
-        ids, old, valid, new = ids[:, :width], old[:, :width], valid[:, :width], new[:, :width]
+        # trimmed to the widest union in the batch where reading it costs nothing; elsewhere the fixed width
+        # K_old + K + 1, the unused slots masked (invalid)
+        if host_reads(count):
+            width = max(int(count.max().item()) if N > 0 else 1, 1)
+            ids, old, valid, new = ids[:, :width], old[:, :width], valid[:, :width], new[:, :width]
         ctx.save_for_backward(logits, rows, ids, valid, new, tail_raw, sampled, lse)
         ctx.log_floor, ctx.step, ctx.statistics = log_floor, step, stats
         ctx.mark_non_differentiable(ids, old, valid)
@@ -629,6 +639,13 @@ def troll_sparse_from_logits(
         :class:`SparseSupport` with ``(N, S + 1)`` fields (fp32, fp64 for fp64 logits), S the largest union
         size in the batch.
     """
+    if statistics is _FULL_VOCABULARY and use_kernels(logits, topk, old.ids.shape[-1]):  # the GPU path
+        from .kernels import support as kernels
+
+        return kernels.troll_sparse_from_logits(
+            logits, sampled_ids, old, old_sampled_logprob, topk=topk, mass_delta=mass_delta, floor=floor,
+            chunk_size=chunk_size, rows=rows, old_estimate=old_estimate,
+        )  # fmt: skip
     _check_logits("logits", logits)
     check_support_args(topk, mass_delta, floor)
     check_old_estimate(old_estimate)

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 
+from .kernels import MAX_TOPK, use_kernels
 from .projection import full_precision, project
 from .sparse import SparseSupport
 
@@ -71,26 +72,28 @@ TROLL_LOGITS_OUTPUT_KEYS = (
 )
 
 
-def hook_outputs(terms: TrollTokenTerms, iters: int, rows: torch.Tensor, n_rows: int, shape) -> dict[str, torch.Tensor]:
+def hook_outputs(
+    terms: TrollTokenTerms, iters: torch.Tensor, rows: torch.Tensor, n_rows: int, shape
+) -> dict[str, torch.Tensor]:
     """The update-pass hook's per-row outputs: each term at ``rows`` of ``n_rows`` logits rows (0 elsewhere),
     reshaped to ``shape`` (the engine's per-row shape), and the solver's iteration count on every row.
 
     Args:
         terms: :class:`TrollTokenTerms` of shape ``(R,)``, one per response row of this shard.
-        iters: the solver's passes. rows: ``(R,)`` int64 indices into the shard's rows.
+        iters: the solver's passes (a 0-d tensor). rows: ``(R,)`` int64 indices into the shard's rows.
     """
     out = {}
     for name, value in zip(terms._fields, terms, strict=True):
         full = torch.zeros(n_rows, dtype=value.dtype, device=value.device).index_put((rows,), value)
         out["log_probs" if name == "log_prob" else f"troll_{name}"] = full.reshape(shape)
-    out["troll_solver_iters"] = torch.full(shape, float(iters), dtype=torch.float32, device=rows.device)
+    out["troll_solver_iters"] = torch.as_tensor(iters, device=rows.device).to(torch.float32).expand(shape).clone()
     return out
 
 
 @full_precision
 def troll_token_terms(
     support: SparseSupport, cfg: TrollConfig, row_mask: torch.Tensor | None = None
-) -> tuple[TrollTokenTerms, int]:
+) -> tuple[TrollTokenTerms, torch.Tensor]:
     """Project every token and form its TROLL terms (TROLL §1–4), on any leading shape.
 
     Args:
@@ -99,8 +102,16 @@ def troll_token_terms(
         row_mask: optional bool ``(...)``: tokens outside it are not projected (identity, zero terms).
 
     Returns:
-        ``(terms, solver_iters)``: :class:`TrollTokenTerms` of shape ``(...)`` and the solver's iteration count.
+        ``(terms, solver_iters)``: :class:`TrollTokenTerms` of shape ``(...)`` and the solver's iteration count (a
+        0-d tensor on the support's device).
     """
+    if cfg.solver == "newton" and support.new_logprobs.shape[-1] <= 2 * MAX_TOPK + 2 and use_kernels(
+        support.new_logprobs
+    ):
+        # the GPU path, for supports the kernels are built for: two top-K of at most MAX_TOPK, o_t and the tail
+        from .kernels import projection as kernels
+
+        return kernels.troll_token_terms(support, cfg, row_mask)
     new_lp = support.new_logprobs
     sup_mask = support.mask if row_mask is None else support.mask & row_mask[..., None]
     if cfg.tail == "renormalize":

@@ -126,6 +126,13 @@ def kernels() -> SimpleNamespace | None:
     return load_kernels(interpret=False)
 
 
+@pytest.fixture(autouse=True)
+def torch_reference(monkeypatch):
+    """The torch functions the kernels are compared with stay on the torch path (on CUDA they would dispatch to the
+    kernels themselves); the kernels are called directly."""
+    monkeypatch.setenv("TROLL_KERNELS", "torch")
+
+
 _FILL = {torch.bool: True, torch.uint8: 0xA5, torch.int32: -7, torch.int64: -7}
 
 

@@ -322,3 +322,41 @@ def test_use_kernels_chooses_them_only_where_they_apply(kernels, monkeypatch):
     monkeypatch.setenv(KERNELS_ENV, "cuda")
     with pytest.raises(ValueError, match=KERNELS_ENV):
         use_kernels(z)
+
+
+def test_the_core_dispatches_to_the_kernels_where_they_apply(kernels, monkeypatch):
+    """The public torch functions hand the logits to the kernels where ``use_kernels`` says so (here: the interpreter
+    with TROLL_KERNELS=triton), with every argument, and keep them otherwise."""
+    from troll_verl.core import sparse, terms
+    from troll_verl.core.config import TrollConfig
+    from troll_verl.core.kernels import KERNELS_ENV
+
+    calls = []
+    for module, name in ((kernels.support, "old_topk_from_logits"), (kernels.support, "troll_sparse_from_logits"),
+                         (kernels.projection, "troll_token_terms")):  # fmt: skip
+        real = getattr(module, name)
+
+        def spy(*args, _real=real, _name=name, **kwargs):
+            calls.append(_name)
+            return _real(*args, **kwargs)
+
+        monkeypatch.setattr(module, name, spy)
+    z_old, z = _dev(_logits(4, 700, seed=11), _logits(4, 700, seed=12))
+    sampled = _dev(torch.tensor([3, 50, 699, 0]))[0]
+    old_lp = torch.log_softmax(z_old.float(), -1).gather(1, sampled[:, None]).squeeze(1)
+    cfg = TrollConfig(topk=8, mass_delta=1e-4)
+
+    def step():
+        old = sparse.old_topk_from_logits(z_old, topk=8, mass_delta=1e-4)
+        support = sparse.troll_sparse_from_logits(z, sampled, old, old_lp, topk=8, mass_delta=1e-4)
+        return support, terms.troll_token_terms(support, cfg)
+
+    torch_support, (torch_terms, _) = step()  # the fixture keeps TROLL_KERNELS=torch
+    assert calls == []
+    monkeypatch.setenv(KERNELS_ENV, "triton")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    kernel_support, (kernel_terms, _) = step()
+    assert calls == ["old_topk_from_logits", "troll_sparse_from_logits", "troll_token_terms"]
+    assert kernel_support.new_logprobs.shape[-1] == 8 + 8 + 1 + 1  # the kernels' fixed union width, plus the tail
+    torch.testing.assert_close(_cpu(kernel_terms.proj_log_prob), _cpu(torch_terms.proj_log_prob), rtol=1e-5,
+                               atol=1e-6)  # fmt: skip
