@@ -291,7 +291,7 @@ def bench_solver(args, device):
         p = res.projected
         rel = ((kl[p] - eps) / eps).abs().max().item()
         viol = (kl - eps).clamp_min(0).max().item()
-        out[solver] = dict(rel_err=rel, violation=viol, iters=res.num_iters, frac=p.float().mean().item())
+        out[solver] = dict(rel_err=rel, violation=viol, iters=int(res.num_iters), frac=p.float().mean().item())
     # both land just inside the ball (the solver's target margin): Newton must keep the bound and be as tight as
     # bisection's 24 halvings, to rounding (within 1e-5 relative of epsilon)
     if out["newton"]["violation"] > 0 or out["newton"]["rel_err"] > out["bisection"]["rel_err"] + 1e-5:
