@@ -40,6 +40,7 @@ class Assets:
     info: dict
 
     def as_dict(self) -> dict:
+        """The asset's paths and info as a JSON-ready dict (what the asset CLIs print)."""
         return {"root": self.root, "model_dir": self.model_dir, "train_file": self.train_file,
                 "val_file": self.val_file, "info": self.info}  # fmt: skip
 

@@ -101,6 +101,7 @@ class TopKEngineClient:
         return getattr(self._engine, name)
 
     async def generate(self, *args, sampling_params, **kwargs):
+        """vLLM's ``generate`` with ``logprobs=K`` on this request, the top-K kept for the server."""
         box = _REQUEST_BOX.get()
         if box is not None:
             # NOTE: verl built these SamplingParams with logprobs 0 or None; vLLM validates logprobs against
@@ -119,6 +120,7 @@ class TopKServerMixin:
     """Mix into verl's ``vLLMHttpServer`` (first in the bases): the top-K fields in every ``TokenOutput``."""
 
     async def run_server(self, args):
+        """verl's server start, with the engine client wrapped so that requests carry the top-K."""
         await super().run_server(args)
         k = rollout_topk(self.config)
         if k is not None:
@@ -126,6 +128,7 @@ class TopKServerMixin:
             logger.info("TROLL: the vLLM rollout returns the top-%d log-probs of every generated token", k)
 
     async def generate(self, prompt_ids, sampling_params, request_id, *args, **kwargs):
+        """verl's ``generate``, returning each generated token's top-K ids and log-probs as extra fields."""
         k = rollout_topk(self.config)
         if k is None:
             return await super().generate(prompt_ids, sampling_params, request_id, *args, **kwargs)
@@ -174,6 +177,7 @@ class TopKFullyAsyncLLMServerClient(FullyAsyncLLMServerClient, _ChunkRecorder):
     """
 
     async def generate(self, request_id, **kwargs):
+        """verl's abort-and-resume ``generate``, with the top-K of every chunk joined into the output's extra fields."""
         chunks: list = []
         token = _CHUNKS.set(chunks)
         try:

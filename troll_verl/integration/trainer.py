@@ -126,6 +126,7 @@ class TrollTrainerMixin:
         swap_worker_classes(self.role_worker_mapping)
 
     def get_llm_client(self):
+        """verl's client; in bypass mode on the asynchronous trainers, rebuilt as the client that keeps the top-K."""
         client = super().get_llm_client()
         if self.troll_bypass and type(client) is FullyAsyncLLMServerClient:
             # NOTE: verl's abort-and-resume client (asynchronous trainers) drops the server's extra fields; the same

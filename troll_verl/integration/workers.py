@@ -94,6 +94,8 @@ class TrollActorWorkerMixin:
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def init_model(self):
+        """verl's ``init_model``; with ``loss_mode=troll`` on the stock route, TROLL's loss function installed on the
+        actor."""
         super().init_model()
         if self.role in _ACTOR_ROLES and uses_troll(self.config.actor.policy_loss) and self.stock_route:
             self.troll_loss_fn = TrollLossFn(omega_conf_to_dataclass(self.config.actor))
@@ -102,6 +104,8 @@ class TrollActorWorkerMixin:
 
     @register(dispatch_mode=make_nd_compute_dataproto_dispatch_fn(mesh_name="actor"))
     def compute_log_prob(self, data: TensorDict) -> TensorDict:
+        """verl's pass; with ``troll_store_old_topk`` it also stores the old policy's top-K (refused on a reference
+        pass)."""
         if self.stock_route and tu.get_non_tensor_data(data=data, key=TROLL_OLD_PASS_KEY, default=False):
             if tu.get_non_tensor_data(data=data, key="no_lora_adapter", default=False):
                 raise RuntimeError(
@@ -116,6 +120,7 @@ class TrollActorWorkerMixin:
 
     @register(dispatch_mode=make_nd_compute_dataproto_dispatch_fn(mesh_name="actor"))
     def update_actor(self, data: TensorDict) -> TensorDict:
+        """verl's update; with ``troll_update`` the logits hook computes TROLL's terms (verl's own log-prob skipped)."""
         if self.stock_route and tu.get_non_tensor_data(data=data, key=TROLL_UPDATE_KEY, default=False):
             if self.troll_loss_fn is None:
                 raise RuntimeError("TROLL's update pass needs loss_mode=troll on the actor (init_model).")
@@ -136,6 +141,7 @@ class TrollDetachActorWorker(TrollActorWorkerMixin, DetachActorWorker):
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def save_model_to_cpu(self, n):
+        """verl's save of π_old, copied where the saved state would alias the live parameters."""
         super().save_model_to_cpu(n)
         # NOTE: verl's save moves the parameters' shards with .cpu(), which returns the live storage itself where
         # the parameters already are on the CPU (the CPU platform; parameter offload between calls): π_old would

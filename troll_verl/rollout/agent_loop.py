@@ -61,6 +61,8 @@ class SeededSingleTurnAgentLoop(SingleTurnAgentLoop):
     """verl's ``SingleTurnAgentLoop`` whose request carries its own sampling seed (see the module docstring)."""
 
     async def run(self, sampling_params: dict[str, Any], **kwargs) -> Any:
+        """verl's single-turn run with ``sampling_params['seed']`` set from this request's step, prompt and answer
+        number."""
         missing = [name for name in _REQUEST_FIELDS if kwargs.get(name) is None]
         if missing:
             raise ValueError(

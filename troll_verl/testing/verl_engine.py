@@ -41,6 +41,7 @@ CPU_OVERRIDES = [
 
 
 def free_port() -> int:
+    """A TCP port free on this machine right now (for a one-process torch.distributed group)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]

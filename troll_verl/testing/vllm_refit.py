@@ -44,6 +44,7 @@ def _hf_logprobs(model_dir, sequences):
 
 
 def main(model_a: str, model_b: str, bucket_mb: int, load_format: str) -> None:
+    """Run the probe (module docstring) and print its JSON result; returns the exit status."""
     os.environ.update(VERL_PLATFORM="cpu", VLLM_ENABLE_V1_MULTIPROCESSING="0", VERL_RAY_JOB_ID=uuid.uuid4().hex)
     from verl.workers.rollout.vllm_rollout.bucketed_weight_transfer import BucketedWeightSender
     from vllm import LLM, SamplingParams

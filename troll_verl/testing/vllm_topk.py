@@ -39,6 +39,7 @@ def flat_logprobs(rows: list[list[tuple[int, float]]]):
 
 
 def main(model_dir: str, k: int, temperature: float) -> None:
+    """Run the probe (module docstring) and print its JSON result; returns the exit status."""
     os.environ.update(VLLM_ENABLE_V1_MULTIPROCESSING="0")
     import torch
     from transformers import AutoModelForCausalLM

@@ -64,6 +64,7 @@ class CPUModel:
     micro_batch: int
 
     def describe(self, assets) -> str:
+        """One line naming the model, its size and dtype (or the tiny model's warm-up accuracy)."""
         info = assets.info
         if "warmup_accuracy" in info:
             return (

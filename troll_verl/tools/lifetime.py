@@ -40,6 +40,7 @@ RUN_TAG_ENV = "TROLL_VERL_RUN_TAG"
 
 
 def new_run_tag() -> str:
+    """A fresh tag naming one run's processes (in their environment), for cleanup and the watchdog."""
     return uuid.uuid4().hex
 
 
@@ -144,6 +145,7 @@ class Watchdog:
         self._proc: subprocess.Popen | None = None
 
     def start(self) -> Watchdog:
+        """Start the watchdog process; it stops the tagged processes if this one dies."""
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "troll_verl.tools.lifetime", self.tag],
             stdin=subprocess.PIPE,

@@ -196,6 +196,7 @@ def _print_summary(label: str, summary: dict) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The quickstart's command line (module docstring); returns the exit status."""
     parser = argparse.ArgumentParser(
         prog="python -m troll_verl.tools.quickstart", description=__doc__, formatter_class=argparse.RawTextHelpFormatter
     )

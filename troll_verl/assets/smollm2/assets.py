@@ -92,6 +92,7 @@ class SmolSpec:
     split_seed: int = 0
 
     def key(self) -> str:
+        """The cache key of this task with the pinned model (changes whenever the asset would differ)."""
         return spec_key(_ASSETS_VERSION, self, gguf=GGUF_SHA256)
 
     @classmethod

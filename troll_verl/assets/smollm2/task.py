@@ -37,6 +37,7 @@ _INTEGER = re.compile(r"-?\d+")
 
 
 def prompt_text(a: int, b: int) -> str:
+    """The user turn asking for ``a + b`` (the chat template is applied by verl's agent loop)."""
     return f"What is {a}+{b}? Answer with the number only."
 
 
@@ -71,6 +72,7 @@ class ArithmeticTask:
             raise ValueError(f"val_fraction must be in (0, 1), got {self.val_fraction}")
 
     def split(self) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+        """``(train, validation)`` pairs: every ordered pair of operands, shuffled by ``seed``."""
         return addition_split(range(self.lo, self.hi), self.val_fraction, self.seed)
 
     @staticmethod

@@ -21,6 +21,7 @@ from .assets import build_assets
 
 
 def main(argv=None) -> None:
+    """Build (or find) the tiny asset and print its paths as JSON; returns the exit status."""
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--cache-dir", default=None, help="default: $TROLL_VERL_CACHE or ~/.cache/troll_verl")
     parser.add_argument("--force", action="store_true", help="rebuild even if cached")

@@ -49,6 +49,7 @@ class TinySpec:
     warmup_lr: float = 3e-3
 
     def key(self) -> str:
+        """The cache key of this model and task (changes whenever the asset would differ)."""
         return spec_key(_ASSETS_VERSION, self)
 
 

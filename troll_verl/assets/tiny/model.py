@@ -55,6 +55,7 @@ def tiny_qwen2_config(vocab_size: int, *, eos_token_id: int, pad_token_id: int, 
 
 
 def build_model(config, seed: int):
+    """A freshly initialised tiny Qwen2 causal LM for the built-in tokenizer (seeded, fp32)."""
     from transformers import Qwen2ForCausalLM
 
     torch.manual_seed(seed)

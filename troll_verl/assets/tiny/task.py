@@ -33,10 +33,12 @@ _ANSWER = re.compile(r"^\s*(-?\d+)\s*$")
 
 
 def prompt_text(a: int, b: int) -> str:
+    """The bare prompt ``a+b=`` of the built-in task."""
     return f"{a}+{b}="
 
 
 def answer_text(a: int, b: int) -> str:
+    """The answer the built-in task rewards for ``a + b``."""
     return str(a + b)
 
 
@@ -69,6 +71,7 @@ class AdditionTask:
             raise ValueError(f"val_fraction must be in (0, 1), got {self.val_fraction}")
 
     def split(self) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+        """``(train, validation)`` pairs: every ordered pair of operands, shuffled by ``seed``."""
         return addition_split(range(self.num_operands), self.val_fraction, self.seed)
 
     @staticmethod

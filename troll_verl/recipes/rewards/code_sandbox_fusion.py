@@ -49,6 +49,8 @@ _SEMAPHORES_LOCK = threading.Lock()
 
 
 def process_semaphore(max_concurrent: int) -> threading.Semaphore:
+    """The process-wide semaphore of this concurrency limit (one per limit, created on first use): it caps the
+    concurrent requests to the sandbox service."""
     with _SEMAPHORES_LOCK:
         if max_concurrent not in _SEMAPHORES:
             _SEMAPHORES[max_concurrent] = threading.Semaphore(max(1, int(max_concurrent)))
