@@ -27,8 +27,12 @@ import subprocess
 import sys
 import time
 
-REGISTRIES = ("verl.trainer.ppo.core_algos", "verl.trainer.ppo.v1", "verl.workers.engine",
-              "verl.workers.rollout.replica")
+REGISTRIES = (
+    "verl.trainer.ppo.core_algos",
+    "verl.trainer.ppo.v1",
+    "verl.workers.engine",
+    "verl.workers.rollout.replica",
+)
 ARMS = {
     "import verl (lazy registration)": ("verl",),
     "+ the policy-loss registry": ("verl", REGISTRIES[0]),

@@ -146,28 +146,41 @@ VARIANTS = {
     },
     # TROLL with the upper old-side estimate (troll_verl.core.old_side.old_side_estimate); its baseline is grpo's clip
     "grpo_upper": {
-        "troll": ["actor_rollout_ref.actor.policy_loss.loss_mode=troll",
-                  "actor_rollout_ref.actor.policy_loss.old_estimate=upper"],  # fmt: skip
+        "troll": [
+            "actor_rollout_ref.actor.policy_loss.loss_mode=troll",
+            "actor_rollout_ref.actor.policy_loss.old_estimate=upper",
+        ],  # fmt: skip
     },
     # staleness: verl's colocate_async trainer generates 1 or 2 batches ahead (partial rollouts), so each batch was
     # sampled by a policy 1-2 updates older; both losses run through TROLL's trainer of that mode (with loss_mode=
     # vanilla it is exactly verl's), so they share the CPU platform's replay-buffer polling
     "async1": {
         "troll": ["actor_rollout_ref.actor.policy_loss.loss_mode=troll", *_async(1)],
-        "clip": ["actor_rollout_ref.actor.policy_loss.loss_mode=vanilla", "actor_rollout_ref.actor.clip_ratio=0.2",
-                 *_async(1)],  # fmt: skip
+        "clip": [
+            "actor_rollout_ref.actor.policy_loss.loss_mode=vanilla",
+            "actor_rollout_ref.actor.clip_ratio=0.2",
+            *_async(1),
+        ],  # fmt: skip
     },
     "async2": {
         "troll": ["actor_rollout_ref.actor.policy_loss.loss_mode=troll", *_async(2)],
-        "clip": ["actor_rollout_ref.actor.policy_loss.loss_mode=vanilla", "actor_rollout_ref.actor.clip_ratio=0.2",
-                 *_async(2)],  # fmt: skip
+        "clip": [
+            "actor_rollout_ref.actor.policy_loss.loss_mode=vanilla",
+            "actor_rollout_ref.actor.clip_ratio=0.2",
+            *_async(2),
+        ],  # fmt: skip
     },
     # bypass mode (troll_verl.bypass.mode): the old distribution is the vLLM rollout's top-K, no old-log-prob pass; its
     # baselines are grpo's arms (TROLL recomputing the old distribution, and clip), same seeds and data order
     "bypass": {"troll": ["actor_rollout_ref.actor.policy_loss.loss_mode=troll", *BYPASS]},
     # the same with a bf16 rollout against the fp32 actor: a stand-in for a GPU's train-inference mismatch
-    "bypass_bf16": {"troll": ["actor_rollout_ref.actor.policy_loss.loss_mode=troll", *BYPASS,
-                             "actor_rollout_ref.rollout.dtype=bfloat16"]},  # fmt: skip
+    "bypass_bf16": {
+        "troll": [
+            "actor_rollout_ref.actor.policy_loss.loss_mode=troll",
+            *BYPASS,
+            "actor_rollout_ref.rollout.dtype=bfloat16",
+        ]
+    },  # fmt: skip
     "gspo": {
         "troll": [
             "actor_rollout_ref.actor.policy_loss.loss_mode=troll",
@@ -247,8 +260,12 @@ DUAL_CLIP = "actor_rollout_ref.actor.clip_ratio_c"
 VARIANTS["paper8"] = {
     "troll": [_TROLL],
     "clip": [*_vanilla_clip(0.2, 0.2), f"{DUAL_CLIP}=10.0"],
-    "dppo": [f"{_LOSS_KEY}.loss_mode=dppo_kl", "actor_rollout_ref.actor.clip_ratio_low=0.05",
-             "actor_rollout_ref.actor.clip_ratio_high=0.05", f"{DUAL_CLIP}=10000.0"],  # fmt: skip
+    "dppo": [
+        f"{_LOSS_KEY}.loss_mode=dppo_kl",
+        "actor_rollout_ref.actor.clip_ratio_low=0.05",
+        "actor_rollout_ref.actor.clip_ratio_high=0.05",
+        f"{DUAL_CLIP}=10000.0",
+    ],  # fmt: skip
 }
 VARIANTS["paper8_gspo"] = {"troll": _GSPO_TROLL, "clip": _gspo_clip(0.2, 0.2)}
 UPDATES_PER_BATCH |= {"paper8": 8, "paper8_gspo": 8}
@@ -319,8 +336,11 @@ def run_stats(rows: list[dict], target: float, val_key: str = VAL_KEY, peak_rss:
         # the stress map's pre-stated criteria: collapsed when the final reward is below the step-1 reward or the
         # final answers are shorter than COLLAPSE_LENGTH tokens; learned when the final reward reaches the target
         "collapsed": bool(
-            rewards and (statistics.mean(rewards[-w_final:]) < rewards[0]
-                         or (lengths and statistics.mean(lengths[-w_final:]) < COLLAPSE_LENGTH))
+            rewards
+            and (
+                statistics.mean(rewards[-w_final:]) < rewards[0]
+                or (lengths and statistics.mean(lengths[-w_final:]) < COLLAPSE_LENGTH)
+            )
         ),  # fmt: skip
         "learned": bool(rewards and statistics.mean(rewards[-w_final:]) >= target),
         # the powered study's primary outcome: mean train reward over every step of the run
@@ -486,8 +506,28 @@ def collect(results_dir: str, plan, target: float, val_key: str, steps: int) -> 
 
 
 # two-sided 95 % quantiles of Student's t by degrees of freedom (paired intervals over a few seeds)
-_T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
-         11: 2.201, 12: 2.179, 13: 2.160, 14: 2.145, 15: 2.131, 16: 2.120, 17: 2.110, 18: 2.101, 19: 2.093, 20: 2.086}
+_T975 = {
+    1: 12.706,
+    2: 4.303,
+    3: 3.182,
+    4: 2.776,
+    5: 2.571,
+    6: 2.447,
+    7: 2.365,
+    8: 2.306,
+    9: 2.262,
+    10: 2.228,
+    11: 2.201,
+    12: 2.179,
+    13: 2.160,
+    14: 2.145,
+    15: 2.131,
+    16: 2.120,
+    17: 2.110,
+    18: 2.101,
+    19: 2.093,
+    20: 2.086,
+}
 
 
 def t_interval(diffs: list[float]) -> tuple[float, float, float]:
@@ -557,7 +597,8 @@ def stress_report(results: dict, seeds: list[int], steps: int, variants: list[st
             lines.append(
                 f"| {variant} | {loss} | {len(runs)} | {per_seed} | "
                 f"{_mean_sd([r['reward_final'] for r in runs])} | {sum(r['collapsed'] for r in runs)}/{len(runs)} | "
-                f"{sum(r['learned'] for r in runs)}/{len(runs)} | {statistics.mean(reached):.1f} | " + " | ".join(cells)
+                f"{sum(r['learned'] for r in runs)}/{len(runs)} | {statistics.mean(reached):.1f} | "
+                + " | ".join(cells)
                 + " |"
             )
     lines += ["", "Paired differences in final reward (TROLL − clip unless named; same seed = same data order and "
@@ -877,21 +918,40 @@ def build_parser() -> argparse.ArgumentParser:
                              "it; default: <out-dir>/raw)")  # fmt: skip
     parser.add_argument("--report-only", action="store_true",
                         help="run nothing: print the tables (and --plot) from --results-dir")  # fmt: skip
-    parser.add_argument("--dry-run", action="store_true",
-                        help="run nothing: check every planned run's config with TROLL's dry run (no Ray, no model)")
-    parser.add_argument("--stress", action="store_true",
-                        help="add the stress map's tables: collapses, and paired differences with 95 %% intervals")
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="run nothing: check every planned run's config with TROLL's dry run (no Ray, no model)",
+    )
+    parser.add_argument(
+        "--stress",
+        action="store_true",
+        help="add the stress map's tables: collapses, and paired differences with 95 %% intervals",
+    )
     parser.add_argument("--cache-dir", default=None)
     parser.add_argument("--model", default="tiny", choices=list(MODELS))
-    parser.add_argument("--task-hi", type=int, default=None,
-                        help="smollm2: addition with operands in [0, TASK_HI) (default: one-digit sums)")
+    parser.add_argument(
+        "--task-hi",
+        type=int,
+        default=None,
+        help="smollm2: addition with operands in [0, TASK_HI) (default: one-digit sums)",
+    )
     losses = sorted({loss for arms in VARIANTS.values() for loss in arms})
-    parser.add_argument("--losses", nargs="+", default=None, choices=losses,
-                        help="run only these arms of each variant (default: all of them)")
-    parser.add_argument("--test-freq", type=int, default=None,
-                        help="greedy validation every so many steps (default: the model's)")
-    parser.add_argument("--study", action="store_true",
-                        help="run nothing: print the powered study's tables (and --plot) from --results-dir")
+    parser.add_argument(
+        "--losses",
+        nargs="+",
+        default=None,
+        choices=losses,
+        help="run only these arms of each variant (default: all of them)",
+    )
+    parser.add_argument(
+        "--test-freq", type=int, default=None, help="greedy validation every so many steps (default: the model's)"
+    )
+    parser.add_argument(
+        "--study",
+        action="store_true",
+        help="run nothing: print the powered study's tables (and --plot) from --results-dir",
+    )
     parser.add_argument("--plot", default=None, help="write the reward curves here (PNG)")
     return parser
 

@@ -315,8 +315,10 @@ def bench_solver(args, device):
     for s in times:
         o = out[s]
         log(f"  {s:<10} {o['time']:>9.4f} {o['iters']:>6} {o['rel_err']:>17.2e} {o['violation']:>14.2e}")
-    log(f"  newton/bisection time (median of paired ratios): {out['time_ratio']:.3f}; projected rows: "
-        f"{100 * out['newton']['frac']:.0f}%")
+    log(
+        f"  newton/bisection time (median of paired ratios): {out['time_ratio']:.3f}; projected rows: "
+        f"{100 * out['newton']['frac']:.0f}%"
+    )
     return out
 
 
@@ -356,8 +358,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tokens", type=int, default=512)
     p.add_argument("--hidden", type=int, default=896)
     p.add_argument("--vocab", type=int, default=151936)
-    p.add_argument("--shapes", type=parse_shape, nargs="+", default=None, metavar="NxHxV",
-                   help="several shapes in one run (overrides --tokens/--hidden/--vocab), e.g. 512x576x49152")
+    p.add_argument(
+        "--shapes",
+        type=parse_shape,
+        nargs="+",
+        default=None,
+        metavar="NxHxV",
+        help="several shapes in one run (overrides --tokens/--hidden/--vocab), e.g. 512x576x49152",
+    )
     p.add_argument("--dtypes", default="fp32,bf16")
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--drift", type=float, default=0.5, help="std of the old-vs-current logit difference")

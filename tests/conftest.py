@@ -35,6 +35,7 @@ import pytest  # noqa: E402
 def pytest_configure(config):
     config.addinivalue_line("markers", "host_only: not run with TROLL_TEST_DEVICE (checks tensor identity, not math)")
 
+
 _CORE_MODULES = tuple(f"troll_verl.core.{name}" for name in ("projection", "sparse", "terms", "losses"))
 
 

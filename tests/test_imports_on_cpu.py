@@ -83,7 +83,7 @@ def test_no_import_cycle_between_the_packages_modules():
         state[node] = 1
         for dep in sorted(graph.get(node, ())):
             if state.get(dep) == 1:
-                cycles.append(stack[stack.index(dep):] + [dep])
+                cycles.append(stack[stack.index(dep) :] + [dep])
             elif dep not in state:
                 visit(dep, stack + [dep])
         state[node] = 2
@@ -106,8 +106,11 @@ def test_backends_are_leaves():
             source = path.read_text()
             assert not any(m.startswith(other) for other in backends - {backend} for m in _imports(path)), path
             for node in ast.walk(ast.parse(source)):
-                if isinstance(node, ast.ImportFrom) and node.module and "troll_verl" in (node.module or "") or (
-                    isinstance(node, ast.ImportFrom) and node.level
+                if (
+                    isinstance(node, ast.ImportFrom)
+                    and node.module
+                    and "troll_verl" in (node.module or "")
+                    or (isinstance(node, ast.ImportFrom) and node.level)
                 ):
                     private = [a.name for a in node.names if a.name.startswith("_")]
                     assert not private, f"{path.name} imports private {private} from {node.module}"

@@ -263,8 +263,11 @@ def trainer_passes() -> dict:
                     },
                 })  # fmt: skip
                 trainer.ref_in_actor = ref_in_actor
-                record = lambda batch, seen=seen: seen.append(dict(batch.extra_info)) or _Meta(  # noqa: E731
-                    keys=batch.keys, extra_info=dict(batch.extra_info))
+
+                def record(batch, seen=seen):
+                    seen.append(dict(batch.extra_info))
+                    return _Meta(keys=batch.keys, extra_info=dict(batch.extra_info))
+
                 trainer.actor_rollout_wg = SimpleNamespace(compute_log_prob=record)
                 trainer.ref_policy_wg = SimpleNamespace(compute_ref_log_prob=record)
                 batch = _Meta(keys=["a", "b"], partition_id="train", extra_info={})

@@ -183,10 +183,12 @@ _SOLVER = [  # projection.py: Newton only (the bisection solver was a baseline)
 _OLD_ESTIMATE = [  # sparse.py: the paper's floor for union tokens the old pass did not store
     sub(r'^    "check_old_estimate",\n', ""),
     sub(r"^from \.options import check_old_estimate\n", ""),
-    sub(r"probability \(default\n  1e-12, ``old_estimate=\"floor\"``\) or an estimate from what the old pass did store "
+    sub(
+        r"probability \(default\n  1e-12, ``old_estimate=\"floor\"``\) or an estimate from what the old pass did store "
         r"\(``\"upper\"``,\n  ``\"proportional\"``; :func:`~troll_verl\.core\.old_side\.old_side_estimate` "
         r"derives them\)\.",
-        "probability (default\n  1e-12, :func:`~troll_verl.core.old_side.old_side_estimate`)."),
+        "probability (default\n  1e-12, :func:`~troll_verl.core.old_side.old_side_estimate`).",
+    ),
     sub(r"; the ``upper`` estimate puts them at or above it, so the sparse KL can fall slightly below\.", "."),
     sub(r", old_estimate: str = \"floor\"\n\) -> SparseSupport:", "\n) -> SparseSupport:"),
     sub(r"floor, old_estimate\)\n", "floor)\n"),
@@ -200,14 +202,18 @@ _OLD_ESTIMATE = [  # sparse.py: the paper's floor for union tokens the old pass 
     sub(r"at no extra time on the lean path \(``docs/benchmarks\.md``\)\.", "at no extra time on the lean path."),
 ]
 _OLD_SIDE = [  # old_side.py: the floor only
-    sub(r"gives it one \(the paper's floor, or an estimate bounded by what was stored\) and takes its mass out",
-        "gives it the paper's floor and takes its mass out"),
+    sub(
+        r"gives it one \(the paper's floor, or an estimate bounded by what was stored\) and takes its mass out",
+        "gives it the paper's floor and takes its mass out",
+    ),
     sub(r"floor, estimate\):\n", "floor):\n"),
     sub(r"^    - ``upper``: .*\n(?:      .*\n)*    - ``proportional``: .*\n(?:      .*\n)*", ""),
-    sub(r"Either way the tokens' mass is taken out of the old tail bucket, so the old distribution over S \+ 1 still "
+    sub(
+        r"Either way the tokens' mass is taken out of the old tail bucket, so the old distribution over S \+ 1 still "
         r"sums\n    to one; where it would go negative the estimates are scaled down to fit \(and never below "
         r"``floor``\)\.",
-        "Their mass is taken out of the old tail bucket, so the old distribution over S + 1 still sums to one."),
+        "Their mass is taken out of the old tail bucket, so the old distribution over S + 1 still sums to one.",
+    ),
     sub(r" estimate: one of :data:`~troll_verl\.core\.options\.OLD_ESTIMATES`\.", ""),
     keep("estimate == 'floor'", "body"),
     sub(r"are inside the ball \(``docs/benchmarks\.md``\)\.", "are inside the ball."),
@@ -235,15 +241,24 @@ EDITS = {
     "troll_verl/core/losses.py": [
         drop("TROLL_SPEC_FIELDS"),
         sub(r'^    "TROLL_SPEC_FIELDS",\n', ""),
-        sub(r" NOTE: verl's ``ppo_loss`` \(``workers/utils/losses\.py``\) decides this for\n    ``actor/pg_loss`` "
+        sub(
+            r" NOTE: verl's ``ppo_loss`` \(``workers/utils/losses\.py``\) decides this for\n    ``actor/pg_loss`` "
             r"and hands a policy loss no such decision, so this mirrors its rule \(a declared mirror: the\n    "
-            r"plugin's compat module checks verl still has it\)\.", " As ``ppo_loss`` decides for ``actor/pg_loss``."),
-        sub(r", and the one engine fact the stock-verl route needs\.\n\n    Attributes:\n(?:        .*\n)+"
-            r"    \"\"\"\n\n    STOCK_ENGINE_KEEPS_ROWS: bool\n", '.\n    """\n'),
+            r"plugin's compat module checks verl still has it\)\.",
+            " As ``ppo_loss`` decides for ``actor/pg_loss``.",
+        ),
+        sub(
+            r", and the one engine fact the stock-verl route needs\.\n\n    Attributes:\n(?:        .*\n)+"
+            r"    \"\"\"\n\n    STOCK_ENGINE_KEEPS_ROWS: bool\n",
+            '.\n    """\n',
+        ),
     ],
     "troll_verl/core/terms.py": [  # the tail is always a differentiable bucket (the paper's renormalisation dropped)
-        keep("cfg.solver == 'newton' and support.new_logprobs.shape[-1] <= 2 * MAX_TOPK + 2 and "
-             "use_kernels(support.new_logprobs)", "none"),
+        keep(
+            "cfg.solver == 'newton' and support.new_logprobs.shape[-1] <= 2 * MAX_TOPK + 2 and "
+            "use_kernels(support.new_logprobs)",
+            "none",
+        ),
         sub(r"^from \.kernels import MAX_TOPK, use_kernels\n", ""),
         keep("cfg.tail == 'renormalize'", "none"),
         sub(r"^        solver=cfg\.solver,\n", ""),
@@ -271,12 +286,16 @@ EDITS = {
     "tests/core/test_losses_on_cpu.py": [
         # the cap is a constant (10): a log-ratio of 50 is capped
         sub(r'ratio_level="sequence", alpha=0\.0, seq_log_ratio_cap=1e-3\)', 'ratio_level="sequence", alpha=0.0)'),
-        sub(r'old = d\["old_lp"\] - 5\.0  # every sequence ratio ≫ exp\(cap\)',
-            'old = d["old_lp"] - 50.0  # every sequence ratio ≫ exp(cap)'),
+        sub(
+            r'old = d\["old_lp"\] - 5\.0  # every sequence ratio ≫ exp\(cap\)',
+            'old = d["old_lp"] - 50.0  # every sequence ratio ≫ exp(cap)',
+        ),
         sub(r"math\.exp\(1e-3\)", "math.exp(TrollConfig.seq_log_ratio_cap)"),
         sub(r'^@pytest\.mark\.parametrize\("tail", \["bucket", "renormalize"\]\)\n', ""),
-        sub(r"test_zero_advantages_give_exactly_zero_gradient_in_fp32\(ratio_level, tail\)",
-            "test_zero_advantages_give_exactly_zero_gradient_in_fp32(ratio_level)"),
+        sub(
+            r"test_zero_advantages_give_exactly_zero_gradient_in_fp32\(ratio_level, tail\)",
+            "test_zero_advantages_give_exactly_zero_gradient_in_fp32(ratio_level)",
+        ),
         sub(r"ratio_level=ratio_level, tail=tail, topk=K\)", "ratio_level=ratio_level, topk=K)"),
         drop("test_tail_bucket_gradient_pulls_leaked_mass_back"),
     ],
@@ -287,22 +306,41 @@ EDITS = {
         sub(r"ppo_loss\(config, logits=", "ppo_loss(config, student_logits=", count=2),
         sub(r"ppo_loss\(_actor_config\(\), logits=", "ppo_loss(_actor_config(), student_logits="),
         # the final call of the old pass stores nothing: the worker cuts the hook's outputs to the response rows
-        sub(r"the final call stores the old top-K response-aligned$",
-            "the worker cuts its outputs to the response rows"),
-        sub(r"^    model_output = \{k: _nest\(v\[0\], data\) for k, v in ppo_loss\(",
-            "    model_output = {k: _nest(v[0], data) for k, v in ppo_loss("),
-        sub(r'^        update\[key\] = model_output\[key\]\n',
-            '        update[key] = response_from_nested(model_output[key], data["response_mask"])\n'),
-        sub(r"^(from verl\.workers\.config import .*\n)",
-            r"\1from verl.workers.utils.padding import response_from_nested\n"),
+        sub(
+            r"the final call stores the old top-K response-aligned$", "the worker cuts its outputs to the response rows"
+        ),
+        sub(
+            r"^    model_output = \{k: _nest\(v\[0\], data\) for k, v in ppo_loss\(",
+            "    model_output = {k: _nest(v[0], data) for k, v in ppo_loss(",
+        ),
+        sub(
+            r"^        update\[key\] = model_output\[key\]\n",
+            '        update[key] = response_from_nested(model_output[key], data["response_mask"])\n',
+        ),
+        sub(
+            r"^(from verl\.workers\.config import .*\n)",
+            r"\1from verl.workers.utils.padding import response_from_nested\n",
+        ),
         sub(r'^pytestmark = pytest\.mark\.skipif\(not hasattr\(core_algos, "PolicyLossSpec"\).*\n\n', ""),
     ],
     "tests/core/test_megatron_losses_on_cpu.py": [
         # the engine-facing TP/CP test needs the package's engine harness and plugin config: it stays there
-        *(drop(name) for name in ("test_engine_functions_tp_cp_equal_single_rank", "_megatron_rank", "_fsdp_reference",
-                                  "_settings", "_batch_and_logits", "PROMPTS")),
-        sub(r"; the engine-facing functions run on\nmegatron-core's parallel_state \(megatron-core installs with the "
-            r"CPU torch\) and verl's own CP splitting\.", "."),
+        *(
+            drop(name)
+            for name in (
+                "test_engine_functions_tp_cp_equal_single_rank",
+                "_megatron_rank",
+                "_fsdp_reference",
+                "_settings",
+                "_batch_and_logits",
+                "PROMPTS",
+            )
+        ),
+        sub(
+            r"; the engine-facing functions run on\nmegatron-core's parallel_state \(megatron-core installs with the "
+            r"CPU torch\) and verl's own CP splitting\.",
+            ".",
+        ),
         sub(r"^@pytest\.mark\.slow\n", ""),
     ],
 }
@@ -568,8 +606,8 @@ def config_doc() -> str:
             raise GenerationError(f"TrollConfig.{name} has no entry in the class docstring's Args")
         annotation = ast.unparse(node.annotation)
         value = ast.literal_eval(node.value)
-        default = "null" if value is None else value if isinstance(value, str) else ast.get_source_segment(
-            source, node.value
+        default = (
+            "null" if value is None else value if isinstance(value, str) else ast.get_source_segment(source, node.value)
         )
         text = _sentence(described[name])
         if "ClassVar" in annotation:

@@ -157,9 +157,12 @@ def _megatron_rank(rank, world, tp, cp):
     terms = mega.compute_troll_token_terms(local(logits), batch, cfg, "thd")
     terms.pop("troll_solver_iters")
     # where each local row came from (global packed row, -1 for CP padding)
-    rows_global = mega._cp_split(
-        torch.nested.nested_tensor_from_jagged(torch.arange(1, int(offsets[-1]) + 1), offsets), "thd"
-    ).reshape(-1)[: terms["troll_proj_log_prob"].shape[1]] - 1
+    rows_global = (
+        mega._cp_split(
+            torch.nested.nested_tensor_from_jagged(torch.arange(1, int(offsets[-1]) + 1), offsets), "thd"
+        ).reshape(-1)[: terms["troll_proj_log_prob"].shape[1]]
+        - 1
+    )
     resp = response_rows(batch)
     return {
         "rows": rows_global.numpy().copy(),

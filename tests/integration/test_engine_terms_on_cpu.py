@@ -205,8 +205,11 @@ def test_kl_to_reference_matches_the_core_loss(model_dir, kl_type):
                                             probe_batch["response_mask"]).values())  # fmt: skip
     batch, data, metrics, grads = _engine_update(
         model_dir,
-        ["actor_rollout_ref.actor.use_kl_loss=True", f"actor_rollout_ref.actor.kl_loss_coef={coef}",
-         f"actor_rollout_ref.actor.kl_loss_type={kl_type}"],  # fmt: skip
+        [
+            "actor_rollout_ref.actor.use_kl_loss=True",
+            f"actor_rollout_ref.actor.kl_loss_coef={coef}",
+            f"actor_rollout_ref.actor.kl_loss_type={kl_type}",
+        ],  # fmt: skip
         extra=ref,
     )
     settings = TrollPolicyLossConfig()

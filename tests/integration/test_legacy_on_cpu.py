@@ -94,7 +94,8 @@ def test_the_old_pass_keeps_the_old_top_k_padded_like_old_log_probs():
     trainer = _trainer()
     out, mfu = trainer._compute_old_log_prob(_batch())
     assert mfu == 0.5 and trainer.actor_rollout_wg.seen == [
-        {TROLL_OLD_PASS_KEY: True, "calculate_entropy": True, "compute_loss": False}]
+        {TROLL_OLD_PASS_KEY: True, "calculate_entropy": True, "compute_loss": False}
+    ]
     assert out.batch["old_log_probs"].shape == (3, RESPONSE) and out.batch["troll_old_ids"].shape == (3, RESPONSE, K)
     expected = _old_topk(LENGTHS)
     for key in OLD_FIELDS:

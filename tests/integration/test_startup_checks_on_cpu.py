@@ -210,7 +210,9 @@ def test_flash_attention_without_flash_attn_is_refused_with_both_fixes(monkeypat
     assert "verl[vllm,fsdp]==0.9.1" in msg and f"set {ACTOR_SDPA} (PyTorch's attention" in msg
     # set explicitly: the fix overrides the key (no '+', which Hydra refuses for a key that exists)
     with pytest.raises(ValueError, match=r"set actor_rollout_ref\.model\.override_config\.attn_implementation=sdpa"):
-        startup.check_attention(_config("+actor_rollout_ref.model.override_config.attn_implementation=flash_attention_2"))
+        startup.check_attention(
+            _config("+actor_rollout_ref.model.override_config.attn_implementation=flash_attention_2")
+        )
     startup.check_attention(_config(ACTOR_SDPA))  # PyTorch's attention needs no package
     startup.check_attention(_config(ACTOR_SDPA, "actor_rollout_ref.actor.use_kl_loss=True"))  # and the reference
     _flash_attn(monkeypatch, present=True)

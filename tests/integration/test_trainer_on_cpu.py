@@ -209,6 +209,7 @@ def test_every_mode_has_one_troll_trainer_in_verls_registry():
 def test_trainer_runs_as_verls_own_mode(monkeypatch, cls):
     """__init__ validates TROLL, then hands verl a config whose trainer_mode is verl's own (its code paths)."""
     seen = {}
+
     def init(self, config):
         seen["mode"] = config.trainer.v1.trainer_mode
         self.replay_buffer = SimpleNamespace(poll_interval=2.0)

@@ -224,22 +224,48 @@ def test_code_extract(text, expected):
     "name, program, tests, reason, pass_rate",
     [
         ("correct", "a, b = map(int, input().split())\nprint(a + b)\n", STDIN_TESTS, Reason.CORRECT, 1.0),
-        ("main_guard", "def main():\n    a, b = map(int, input().split())\n    print(a + b)\n\n"
-         "if __name__ == '__main__':\n    main()\n", STDIN_TESTS, Reason.CORRECT, 1.0),
+        (
+            "main_guard",
+            "def main():\n    a, b = map(int, input().split())\n    print(a + b)\n\n"
+            "if __name__ == '__main__':\n    main()\n",
+            STDIN_TESTS,
+            Reason.CORRECT,
+            1.0,
+        ),
         ("wrong", "a, b = map(int, input().split())\nprint(a * b)\n", STDIN_TESTS, Reason.WRONG_ANSWER, 0.0),
-        ("partial", "a, b = map(int, input().split())\nprint(a + b if a < 5 else 0)\n", STDIN_TESTS,
-         Reason.WRONG_ANSWER, 2 / 3),
+        (
+            "partial",
+            "a, b = map(int, input().split())\nprint(a + b if a < 5 else 0)\n",
+            STDIN_TESTS,
+            Reason.WRONG_ANSWER,
+            2 / 3,
+        ),
         ("exception", "raise ValueError('boom')\n", STDIN_TESTS, Reason.RUNTIME_ERROR, 0.0),
         ("syntax_error", "def f(:\n    pass\n", STDIN_TESTS, Reason.COMPILE_ERROR, 0.0),
         ("infinite_loop", "while True:\n    pass\n", STDIN_TESTS, Reason.TIMEOUT, 0.0),
-        ("alarm_ignored", "import signal\nsignal.signal(signal.SIGALRM, signal.SIG_IGN)\nwhile True:\n    pass\n",
-         STDIN_TESTS, Reason.TIMEOUT, 0.0),
-        ("memory_hog", "x = []\nwhile True:\n    x.append(bytearray(5 * 10**7))\n", STDIN_TESTS,
-         Reason.MEMORY_LIMIT, 0.0),
+        (
+            "alarm_ignored",
+            "import signal\nsignal.signal(signal.SIGALRM, signal.SIG_IGN)\nwhile True:\n    pass\n",
+            STDIN_TESTS,
+            Reason.TIMEOUT,
+            0.0,
+        ),
+        (
+            "memory_hog",
+            "x = []\nwhile True:\n    x.append(bytearray(5 * 10**7))\n",
+            STDIN_TESTS,
+            Reason.MEMORY_LIMIT,
+            0.0,
+        ),
         ("huge_alloc", "x = bytearray(64 * 1024**3)\n", STDIN_TESTS, Reason.MEMORY_LIMIT, 0.0),
         ("call_based", "def add(a, b):\n    return a + b\n", CALL_TESTS, Reason.CORRECT, 1.0),
-        ("call_based_class", "class Solution:\n    def add(self, a, b):\n        return a + b\n", CALL_TESTS,
-         Reason.CORRECT, 1.0),
+        (
+            "call_based_class",
+            "class Solution:\n    def add(self, a, b):\n        return a + b\n",
+            CALL_TESTS,
+            Reason.CORRECT,
+            1.0,
+        ),
         ("call_based_wrong", "def add(a, b):\n    return a\n", CALL_TESTS, Reason.WRONG_ANSWER, 0.0),
         ("call_based_exit", "import sys\ndef add(a, b):\n    sys.exit(0)\n", CALL_TESTS, Reason.RUNTIME_ERROR, 0.0),
     ],
@@ -267,8 +293,12 @@ def test_code_total_time_limit():
     tests = json.dumps({"inputs": ["\n"] * 8, "outputs": ["ok\n"] * 8})
     start = time.monotonic()
     result = compute_score(
-        "taco", _block("import time\ntime.sleep(0.7)\nprint('ok')\n"), tests, code_timeout_s=1,
-        code_total_timeout_s=2.0, memory_limit_mb=512,
+        "taco",
+        _block("import time\ntime.sleep(0.7)\nprint('ok')\n"),
+        tests,
+        code_timeout_s=1,
+        code_total_timeout_s=2.0,
+        memory_limit_mb=512,
     )
     assert result["reason"] == Reason.TIMEOUT and 0 < result["pass_rate"] < 1
     assert time.monotonic() - start < 2.0 + SLACK_S
@@ -538,7 +568,9 @@ def test_loaded_by_verl_custom_reward_fn():
     result = fn(data_source="openai/gsm8k", solution_str="#### 1,080", ground_truth="1080", extra_info={"index": 0})
     assert result["score"] == 1.0
     result = fn(
-        data_source="eurus2_code", solution_str=_block("while True:\n    pass\n"), ground_truth=STDIN_TESTS,
+        data_source="eurus2_code",
+        solution_str=_block("while True:\n    pass\n"),
+        ground_truth=STDIN_TESTS,
         extra_info=None,
     )
     assert result["reason"] == Reason.TIMEOUT
@@ -589,7 +621,12 @@ def test_naive_reward_manager_batch_and_validation_metrics():
     columns = {key: np.array([info[key] for info in infos]) for key in keys}
     assert set(keys) == set(RESULT_KEYS) and all(col.dtype.kind in "fi" for col in columns.values())
     assert columns["reason"].tolist() == [
-        Reason.CORRECT, Reason.NO_ANSWER, Reason.CORRECT, Reason.WRONG_ANSWER, Reason.CORRECT, Reason.WRONG_ANSWER,
+        Reason.CORRECT,
+        Reason.NO_ANSWER,
+        Reason.CORRECT,
+        Reason.WRONG_ANSWER,
+        Reason.CORRECT,
+        Reason.WRONG_ANSWER,
     ]
     # validation metrics per data source (val-core/<source>/acc/mean@N)
     sources = [s[0] for s in samples]

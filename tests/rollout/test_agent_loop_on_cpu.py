@@ -59,7 +59,7 @@ def _run(monkeypatch, **kwargs):
 def test_the_request_carries_the_derived_seed(monkeypatch):
     out, params, seen = _run(monkeypatch, global_steps=3, index=11, session_id=2, raw_prompt=["q"])
     assert out == "output"
-    (sent, kwargs), = seen
+    ((sent, kwargs),) = seen
     assert sent == {"temperature": 1.0, "logprobs": False, "seed": sampling_seed(5, 3, 11, 2)}
     assert "seed" not in params  # verl shares one dict among a prompt's answers: it is copied, not changed
     assert kwargs == {"global_steps": 3, "index": 11, "session_id": 2, "raw_prompt": ["q"]}
@@ -73,7 +73,9 @@ def test_a_request_without_its_answer_number_is_refused_with_the_fix(monkeypatch
 @pytest.mark.parametrize("first", ["verl.experimental.agent_loop", "troll_verl.rollout.agent_loop"])
 def test_the_plugin_registers_the_loop_in_verls_registry(first):
     """In a fresh process (as in verl's agent-loop workers), whichever of the two modules is imported first."""
-    code = (f"import {first}\nfrom troll_verl.compat import registered_agent_loop\n"
-            f"print(registered_agent_loop({SEEDED_AGENT_LOOP!r}), registered_agent_loop('no_such_loop'))")
+    code = (
+        f"import {first}\nfrom troll_verl.compat import registered_agent_loop\n"
+        f"print(registered_agent_loop({SEEDED_AGENT_LOOP!r}), registered_agent_loop('no_such_loop'))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert out == ["troll_verl.rollout.agent_loop.SeededSingleTurnAgentLoop", "None"]

@@ -13,7 +13,6 @@
 # limitations under the License.
 """scripts/bench_learning.py's statistics and table: the staleness arms and their columns (no training here)."""
 
-
 import pytest
 
 from troll_verl.testing import load_script
@@ -188,21 +187,39 @@ def test_the_study_arms_are_the_papers_schedule_and_baselines():
     smollm2 = MODELS["smollm2"]
     for loss in ("troll", "clip", "dppo"):  # 8 optimizer steps per batch: mini-batches of 1 prompt x 4 answers
         assert bl.arm_overrides("paper8", loss, smollm2)[-2:] == [
-            "actor_rollout_ref.actor.ppo_mini_batch_size=1", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4"]
+            "actor_rollout_ref.actor.ppo_mini_batch_size=1",
+            "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
+        ]
     clip = set(bl.VARIANTS["paper8"]["clip"])
-    assert {"actor_rollout_ref.actor.policy_loss.loss_mode=vanilla", "actor_rollout_ref.actor.clip_ratio_low=0.2",
-            "actor_rollout_ref.actor.clip_ratio_high=0.2", "actor_rollout_ref.actor.clip_ratio_c=10.0"} == clip
+    assert {
+        "actor_rollout_ref.actor.policy_loss.loss_mode=vanilla",
+        "actor_rollout_ref.actor.clip_ratio_low=0.2",
+        "actor_rollout_ref.actor.clip_ratio_high=0.2",
+        "actor_rollout_ref.actor.clip_ratio_c=10.0",
+    } == clip
     dppo = set(bl.VARIANTS["paper8"]["dppo"])
-    assert {"actor_rollout_ref.actor.policy_loss.loss_mode=dppo_kl", "actor_rollout_ref.actor.clip_ratio_low=0.05",
-            "actor_rollout_ref.actor.clip_ratio_high=0.05", "actor_rollout_ref.actor.clip_ratio_c=10000.0"} == dppo
+    assert {
+        "actor_rollout_ref.actor.policy_loss.loss_mode=dppo_kl",
+        "actor_rollout_ref.actor.clip_ratio_low=0.05",
+        "actor_rollout_ref.actor.clip_ratio_high=0.05",
+        "actor_rollout_ref.actor.clip_ratio_c=10000.0",
+    } == dppo
     assert bl.VARIANTS["paper8"]["troll"] == ["actor_rollout_ref.actor.policy_loss.loss_mode=troll"]  # defaults
     gspo = set(bl.arm_overrides("paper8_gspo", "clip", smollm2))
-    assert {"actor_rollout_ref.actor.policy_loss.loss_mode=gspo", "actor_rollout_ref.actor.clip_ratio_low=0.2",
-            "actor_rollout_ref.actor.clip_ratio_high=0.2", "actor_rollout_ref.actor.ppo_mini_batch_size=1"} <= gspo
+    assert {
+        "actor_rollout_ref.actor.policy_loss.loss_mode=gspo",
+        "actor_rollout_ref.actor.clip_ratio_low=0.2",
+        "actor_rollout_ref.actor.clip_ratio_high=0.2",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=1",
+    } <= gspo
     assert "actor_rollout_ref.actor.policy_loss.ratio_level=sequence" in bl.VARIANTS["paper8_gspo"]["troll"]
     # the plan's stages: n fixed in advance
     assert [(s.variant, len(s.seeds), s.steps) for s in bl.STUDY] == [
-        ("paper8", 15, 30), ("paper8", 8, 30), ("paper8_gspo", 5, 30), ("lr1e-4", 14, 10)]
+        ("paper8", 15, 30),
+        ("paper8", 8, 30),
+        ("paper8_gspo", 5, 30),
+        ("lr1e-4", 14, 10),
+    ]
     assert bl.STUDY[3].seeds == list(range(5, 19))
 
 
@@ -220,8 +237,12 @@ def test_the_task_option_and_the_validation_interval_reach_the_runs(tmp_path):
     args = bl.build_parser().parse_args(["--model", "smollm2", "--task-hi", "20", "--test-freq", "10", "--steps", "30"])
     overrides = bl._run_overrides(model, SimpleNamespace(train_file="t", val_file="v", model_dir="m"), args,
                                   "paper8", "dppo", 3)  # fmt: skip
-    assert {"trainer.test_freq=10", "trainer.total_training_steps=30", "data.seed=3",
-            "actor_rollout_ref.rollout.agent.default_agent_loop=seeded_single_turn_agent"} <= set(overrides)
+    assert {
+        "trainer.test_freq=10",
+        "trainer.total_training_steps=30",
+        "data.seed=3",
+        "actor_rollout_ref.rollout.agent.default_agent_loop=seeded_single_turn_agent",
+    } <= set(overrides)
 
 
 def test_only_the_named_losses_are_planned(monkeypatch):
@@ -248,7 +269,8 @@ def test_study_statistics():
     assert bl.reading(-0.2, -0.02, -0.11, "troll", "clip", 0.8).startswith("clip learned faster")
     assert bl.reading(-0.05, 0.08, 0.01, "troll", "clip", 0.8).startswith("no difference larger than 0.1")
     assert "inconclusive" in bl.reading(-0.05, 0.2, 0.07, "troll", "clip", 0.4) and "power 40%" in bl.reading(
-        -0.05, 0.2, 0.07, "troll", "clip", 0.4)
+        -0.05, 0.2, 0.07, "troll", "clip", 0.4
+    )
 
 
 def test_the_half_peak_collapse_rule():
@@ -287,6 +309,6 @@ def test_the_study_report_regenerates_from_raw_results(tmp_path, capsys, monkeyp
     assert "| 0.2500 |" in pair and "| 1/3 |" in pair  # sign-flip p = 2/8; step-1 rewards equal in seed 0 only
     assert "TROLL learned faster" in pair
     assert "collapses: TROLL 0/3, clip 3/3, Fisher exact p = 0.100: no difference in collapses detected" in out
-    late = out[out.index("**Stage 4"):]
+    late = out[out.index("**Stage 4") :]
     assert "runs finished: TROLL 2/3, clip 2/3" in late and "Not summarised" in late and "| TROLL −" not in late
     assert png.exists()

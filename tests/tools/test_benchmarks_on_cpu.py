@@ -53,8 +53,22 @@ def test_every_benchmark_script_has_a_smoke_test():
 
 
 def test_bench_loss_at_a_tiny_size(tmp_path):
-    out = _run("scripts/bench_loss.py", "--shapes", "64x32x500", "40x16x300", "--repeats", "1", "--solver-rows", "64",
-               "--solver-repeats", "1", "--json", str(tmp_path / "b.json"), "--markdown", str(tmp_path / "b.md"))
+    out = _run(
+        "scripts/bench_loss.py",
+        "--shapes",
+        "64x32x500",
+        "40x16x300",
+        "--repeats",
+        "1",
+        "--solver-rows",
+        "64",
+        "--solver-repeats",
+        "1",
+        "--json",
+        str(tmp_path / "b.json"),
+        "--markdown",
+        str(tmp_path / "b.md"),
+    )
     summary = json.loads((tmp_path / "b.json").read_text())
     assert [(c["N"], c["dtype"]) for c in summary["cases"]] == [(64, "fp32"), (64, "bf16"), (40, "fp32"), (40, "bf16")]
     assert all(c["time_ratio"] > 0 and c["projected_frac"] > 0 for c in summary["cases"])

@@ -102,8 +102,10 @@ def test_check_startup_accepts_the_recipe_defaults():
         ({"budget": 3000}, r"ppo_max_token_len_per_gpu=3000 .* Set actor_rollout_ref.actor.ppo_max_token_len_per_gpu"),
         ({"rollout_tp": 12, "n_gpus": 24, "per_node": 8}, "must fill whole nodes"),  # 12-GPU replicas, 8-GPU nodes
         # verl's v1 trainer runs the critic with ppo_infer_max_token_len_per_gpu, whatever critic.use_dynamic_bsz says
-        ({"critic": SimpleNamespace(engine=FSDPEngineConfig(), ppo_infer_max_token_len_per_gpu=2048)},
-         r"critic.ppo_infer_max_token_len_per_gpu=2048"),
+        (
+            {"critic": SimpleNamespace(engine=FSDPEngineConfig(), ppo_infer_max_token_len_per_gpu=2048)},
+            r"critic.ppo_infer_max_token_len_per_gpu=2048",
+        ),
     ],
 )
 def test_check_startup_names_the_setting(kwargs, match):

@@ -53,7 +53,8 @@ def test_the_wheel_list_pins_what_verl_needs_and_matches_this_venv():
 def _fake_pip(tmp_path, sizes: dict[str, int]) -> str:
     """A pip that 'downloads' each requested name==version as a wheel file of the given size."""
     script = tmp_path / "fake_pip.py"
-    script.write_text(textwrap.dedent(f"""
+    script.write_text(
+        textwrap.dedent(f"""
         import os, sys
         sizes = {sizes!r}
         args = sys.argv[1:]
@@ -63,7 +64,8 @@ def _fake_pip(tmp_path, sizes: dict[str, int]) -> str:
             path = os.path.join(folder, f"{{name.replace('-', '_')}}-{{version}}-py3-none-any.whl")
             with open(path, "wb") as f:
                 f.write(b"0" * sizes.get(name, 1000))
-    """))
+    """)
+    )
     return f"{sys.executable} {script}"
 
 

@@ -69,8 +69,7 @@ def test_watchdog_stops_the_tagged_tree_when_the_launcher_dies(sig):
 def test_stop_tagged_ends_processes_that_ignore_sigterm():
     tag = new_run_tag()
     code = (
-        "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('up', flush=True); "
-        "time.sleep(600)"
+        "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('up', flush=True); time.sleep(600)"
     )
     proc = subprocess.Popen(
         [sys.executable, "-c", code], env={**__import__("os").environ, "TROLL_VERL_RUN_TAG": tag},

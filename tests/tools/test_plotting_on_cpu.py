@@ -302,7 +302,9 @@ def test_cli_renders_troll_vs_clip(tmp_path, capsys):
                 points = [(r["step"], r[series.key]) for r in run_rows if series.key in r]
                 values = [v for _, v in points]
                 expected[f"{label}: {series.name}" if series.name else label] = (
-                    [step for step, _ in points], plotting.smooth(values, 3) if panel.smoothed else values)
+                    [step for step, _ in points],
+                    plotting.smooth(values, 3) if panel.smoothed else values,
+                )
         assert expected and set(lines) == set(expected), name
         for label, (steps, values) in expected.items():
             assert list(lines[label].get_xdata()) == steps, (name, label)

@@ -73,6 +73,7 @@ def check_bypass_config(config, settings: TrollConfig) -> None:
     Raises:
         ValueError: naming the setting and the fix (or ``bypass_mode=false``, the actor recompute).
     """
+
     def rollout(key: str, default=None):
         return OmegaConf.select(config, f"{_ROLLOUT}.{key}", default=default, throw_on_missing=False)
 
@@ -298,4 +299,3 @@ def _jagged(tensor: torch.Tensor) -> torch.Tensor:
     if tensor.is_nested:
         return tensor
     return torch.nested.as_nested_tensor(list(tensor.unbind(0)), layout=torch.jagged)
-

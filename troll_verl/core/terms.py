@@ -105,8 +105,10 @@ def troll_token_terms(
         ``(terms, solver_iters)``: :class:`TrollTokenTerms` of shape ``(...)`` and the solver's iteration count (a
         0-d tensor on the support's device).
     """
-    if cfg.solver == "newton" and support.new_logprobs.shape[-1] <= 2 * MAX_TOPK + 2 and use_kernels(
-        support.new_logprobs
+    if (
+        cfg.solver == "newton"
+        and support.new_logprobs.shape[-1] <= 2 * MAX_TOPK + 2
+        and use_kernels(support.new_logprobs)
     ):
         # the GPU path, for supports the kernels are built for: two top-K of at most MAX_TOPK, o_t and the tail
         from .kernels import projection as kernels

@@ -255,4 +255,3 @@ class TrollLossFn:
             "troll/mismatch_kl": Metric(AggregationType.MEAN, kl),
             "troll/mismatch_projected_frac": Metric(AggregationType.MEAN, projected),
         }
-

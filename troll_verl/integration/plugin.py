@@ -178,7 +178,13 @@ def troll_policy_loss_seam(
     from troll_verl.core.losses import compute_policy_loss_troll
 
     return compute_policy_loss_troll(
-        old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, _troll_config(config), rollout_is_weights,
+        old_log_prob,
+        log_prob,
+        advantages,
+        response_mask,
+        loss_agg_mode,
+        _troll_config(config),
+        rollout_is_weights,
         **kwargs,
     )
 

@@ -84,7 +84,6 @@ __all__ = [
 CPU_REPLAY_POLL_S = 0.05
 
 
-
 class TrollTrainerMixin:
     """TROLL's additions to a verl v1 trainer (see the module docstring); put it first in the bases.
 
@@ -213,4 +212,3 @@ TROLL_TRAINERS = {
     for cls in (TrollTrainer, TrollTrainerColocateAsync, TrollTrainerSeparateAsync)
 }
 TROLL_TRAINERS["troll_sync"] = TrollTrainer
-

@@ -124,9 +124,7 @@ class TrollActorWorkerMixin:
         if self.stock_route and tu.get_non_tensor_data(data=data, key=TROLL_UPDATE_KEY, default=False):
             if self.troll_loss_fn is None:
                 raise RuntimeError("TROLL's update pass needs loss_mode=troll on the actor (init_model).")
-            tu.assign_non_tensor(
-                data, distillation_use_topk=True, distillation_only=True, **{TROLL_MODE_KEY: "update"}
-            )
+            tu.assign_non_tensor(data, distillation_use_topk=True, distillation_only=True, **{TROLL_MODE_KEY: "update"})
             if tu.get_non_tensor_data(data=data, key=TROLL_OLD_SOURCE_KEY, default=False):
                 self.troll_loss_fn.measure_mismatch()  # bypass mode: the old distribution is the rollout's
         return super().update_actor(data)

@@ -41,6 +41,7 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["RayDemand", "ray_demand", "apply_ray_resources", "RayResourceError"]
 
+
 class RayResourceError(ValueError):
     """The Ray resources configured cannot fit what verl will reserve (Ray would hang)."""
 

@@ -65,6 +65,7 @@ __all__ = [
     "CPUvLLMReplica",
 ]
 
+
 def repack_tied_layers(model: torch.nn.Module) -> int:
     """Re-run ``process_weights_after_loading`` on layers that share their weight with another layer; return how many.
 

@@ -133,9 +133,7 @@ def make_batch(vocab: int, prompt_lens, response_lens, seed: int = 0):
                 "position_ids": torch.arange(p + r),
             }
         )
-    nested = {
-        key: torch.nested.as_nested_tensor([f[key] for f in fields], layout=torch.jagged) for key in fields[0]
-    }
+    nested = {key: torch.nested.as_nested_tensor([f[key] for f in fields], layout=torch.jagged) for key in fields[0]}
     return tu.get_tensordict(nested)
 
 
@@ -145,8 +143,13 @@ def old_pass(worker, batch, temperature: float, store: bool = True, **flags):
 
     data = batch.clone()
     tu.assign_non_tensor(
-        data, calculate_entropy=True, compute_loss=False, temperature=temperature, troll_store_old_topk=store,
-        policy_loss_old_pass=store, **flags,
+        data,
+        calculate_entropy=True,
+        compute_loss=False,
+        temperature=temperature,
+        troll_store_old_topk=store,
+        policy_loss_old_pass=store,
+        **flags,
     )
     return worker.compute_log_prob(data)
 

@@ -68,8 +68,7 @@ class CPUModel:
         info = assets.info
         if "warmup_accuracy" in info:
             return (
-                f"tiny Qwen2 ({info['parameters'] / 1e6:.2f} M parameters), "
-                f"warm-up accuracy {info['warmup_accuracy']}"
+                f"tiny Qwen2 ({info['parameters'] / 1e6:.2f} M parameters), warm-up accuracy {info['warmup_accuracy']}"
             )
         return f"{info['model']} ({info['parameters'] / 1e6:.1f} M parameters, {info['dtype']})"
 

@@ -57,7 +57,7 @@ REWARD_KEY = "critic/score/mean"
 
 _TB_PREFIX = "events.out.tfevents"
 _FORMAT_HELP = (
-    "expected verl's file-logger JSONL ({\"step\": N, \"data\": {...}} per line), verl's console output "
+    'expected verl\'s file-logger JSONL ({"step": N, "data": {...}} per line), verl\'s console output '
     "(lines 'step:N - key:value - ...') or a tensorboard event file (events.out.tfevents.*)"
 )
 
@@ -140,7 +140,7 @@ def read_jsonl(path: str, *, strict: bool = True) -> list[dict]:
             if not strict or index == len(lines) - 1:  # a run still writing (or killed) leaves half a line
                 continue
             raise LogFormatError(
-                f"{path}:{lineno}: not a verl file-logger line ({exc}); expected {{\"step\": N, \"data\": {{...}}}}"
+                f'{path}:{lineno}: not a verl file-logger line ({exc}); expected {{"step": N, "data": {{...}}}}'
             ) from None
         data = {}
         for key, value in record["data"].items():
@@ -291,9 +291,7 @@ def read_console(path: str) -> list[dict]:
 def _event_files(path: str) -> list[str]:
     if os.path.isfile(path):
         return [path]
-    return sorted(
-        os.path.join(path, name) for name in os.listdir(path) if name.startswith(_TB_PREFIX)
-    )
+    return sorted(os.path.join(path, name) for name in os.listdir(path) if name.startswith(_TB_PREFIX))
 
 
 def read_tensorboard(path: str) -> list[dict]:

@@ -95,8 +95,11 @@ def _val_series(rows: list[dict]) -> list[_Series]:
 def _kl_series(rows: list[dict]) -> list[_Series]:
     if _is_troll(rows):
         return [
-            _Series("actor/troll/kl_before", r"before projection KL($\tilde\pi\|\pi_{old}$)", {"alpha": 0.55,
-                                                                                         "linestyle": ":"}),
+            _Series(
+                "actor/troll/kl_before",
+                r"before projection KL($\tilde\pi\|\pi_{old}$)",
+                {"alpha": 0.55, "linestyle": ":"},
+            ),
             _Series("actor/troll/kl_after", r"after projection KL($\pi\|\pi_{old}$)"),
         ]
     return [_Series("actor/ppo_kl", "actor/ppo_kl (k1 estimate)")] if _has(rows, "actor/ppo_kl") else []

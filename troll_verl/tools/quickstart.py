@@ -200,13 +200,22 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m troll_verl.tools.quickstart", description=__doc__, formatter_class=argparse.RawTextHelpFormatter
     )
-    parser.add_argument("--model", default="smollm2", choices=list(MODELS),
-                        help="smollm2 (default): SmolLM2-135M-Instruct from PyPI; tiny: the built-in 0.1 M model")
-    parser.add_argument("--steps", type=int, default=None,
-                        help="training steps (default: the model's, smollm2 8, tiny 40)")
+    parser.add_argument(
+        "--model",
+        default="smollm2",
+        choices=list(MODELS),
+        help="smollm2 (default): SmolLM2-135M-Instruct from PyPI; tiny: the built-in 0.1 M model",
+    )
+    parser.add_argument(
+        "--steps", type=int, default=None, help="training steps (default: the model's, smollm2 8, tiny 40)"
+    )
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--task-hi", type=int, default=None,
-                        help="smollm2: addition with operands in [0, TASK_HI) (default: one-digit sums, 10)")
+    parser.add_argument(
+        "--task-hi",
+        type=int,
+        default=None,
+        help="smollm2: addition with operands in [0, TASK_HI) (default: one-digit sums, 10)",
+    )
     parser.add_argument("--loss-mode", default="troll", choices=["troll", "vanilla"])
     parser.add_argument("--compare", action="store_true", help="also run the clip baseline (loss_mode=vanilla)")
     parser.add_argument("--out-dir", default=None, help="default: outputs/quickstart/<timestamp>")

@@ -41,6 +41,7 @@ __all__ = ["RunResult", "cleanup_run", "run_trainer"]
 class RunResult:
     """What :func:`run_trainer` returns: the run folder, its metrics and log files, the exit status, the wall time
     and the trainer worker's peak memory."""
+
     run_dir: str
     metrics_path: str
     log_path: str

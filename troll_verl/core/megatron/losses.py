@@ -267,4 +267,3 @@ def compute_troll_token_terms(
     )  # fmt: skip
     terms, iters = troll_token_terms(support, cfg)
     return hook_outputs(terms, iters, local_rows, L, student_logits.shape[:-1])
-

@@ -294,9 +294,7 @@ def write_splits(local_dir: str | os.PathLike, rows_by_split: Mapping[str, list[
     return counts
 
 
-def convert_and_write(
-    local_dir: str | os.PathLike, convert: Callable[[str], tuple[list[dict], SplitReport]]
-) -> int:
+def convert_and_write(local_dir: str | os.PathLike, convert: Callable[[str], tuple[list[dict], SplitReport]]) -> int:
     """The body of every ``examples/data_preprocess`` CLI: convert each split, print its report, write both files.
 
     Args:

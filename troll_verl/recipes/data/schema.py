@@ -81,10 +81,7 @@ def _check_prompt(prompt: Any) -> str | None:
         if role not in CHAT_ROLES:
             return f"column 'prompt': message {position} has role {role!r}; use one of {', '.join(CHAT_ROLES)}"
         if not isinstance(content, str) or not content.strip():
-            return (
-                f"column 'prompt': message {position} ({role}) needs a non-empty str 'content', got "
-                f"{content!r:.60}"
-            )
+            return f"column 'prompt': message {position} ({role}) needs a non-empty str 'content', got {content!r:.60}"
     last_role = messages[-1].get("role")
     if last_role != "user":
         return f"column 'prompt': the last message is from {last_role!r}; it must be the 'user' turn the policy answers"
