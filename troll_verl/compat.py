@@ -42,6 +42,9 @@ __all__ = [
     "ALLOW_UNTESTED_VERL_ENV",
     "VerlVersionError",
     "check_verl_version",
+    "legacy_trainer_has_data_plane",
+    "has_v1_task_runner",
+    "legacy_trainer_shape_note",
     "TESTED_VLLM_VERSIONS",
     "ALLOW_UNTESTED_VLLM_ENV",
     "check_vllm_version",
@@ -92,13 +95,41 @@ def check_verl_version(version: str | None = None) -> str:
         return version
     message = (
         f"troll-verl supports verl {' '.join(SUPPORTED_VERL)} (its engine hooks, loss closure and trainer "
-        f"follow verl 0.9's internals, troll_verl/compat.py); found verl {version}. Install a supported verl, e.g. "
-        f"pip install 'verl[verl-core]==0.9.1', or set {ALLOW_UNTESTED_VERL_ENV}=1 to try this one untested."
+        f"follow verl 0.9's internals, troll_verl/compat.py); found verl {version}. {legacy_trainer_shape_note()}"
+        f"Install a supported verl, e.g. pip install 'verl[verl-core]==0.9.1', or set {ALLOW_UNTESTED_VERL_ENV}=1 "
+        "to try this one untested."
     )
     if os.environ.get(ALLOW_UNTESTED_VERL_ENV, "") == "1":
         logger.warning("UNTESTED verl %s: %s", version, message)
         return version
     raise VerlVersionError(message)
+
+
+def legacy_trainer_has_data_plane() -> bool:
+    """Whether verl's legacy ``RayPPOTrainer`` carries its batches on a data plane (``verl.trainer.ppo.data_plane``,
+    verl's ``neo`` branch: NeoProto materialises only whitelisted batch keys)."""
+    import importlib.util
+
+    return importlib.util.find_spec("verl.trainer.ppo.data_plane") is not None
+
+
+def has_v1_task_runner() -> bool:
+    """Whether verl's ``main_ppo`` still has the v1 trainer's task runner (verl's ``neo`` branch runs the legacy
+    trainer only)."""
+    from verl.trainer import main_ppo
+
+    return hasattr(main_ppo, "TaskRunnerV1")
+
+
+def legacy_trainer_shape_note() -> str:
+    """What a verl in the shape of its ``neo`` branch lacks for TROLL (an empty string for verl 0.9's shape)."""
+    if not legacy_trainer_has_data_plane():
+        return ""
+    return (
+        "This verl's legacy trainer carries batches on its data plane (verl.trainer.ppo.data_plane), which keeps only "
+        "whitelisted keys, and TROLL's old top-K (troll_old_ids, troll_old_logprobs, troll_old_tail) is not among "
+        "them; TROLL needs the old-pass output named in verl's data plane first (upstream/README.md). "
+    )
 
 
 def check_vllm_version(version: str | None = None) -> str:

@@ -79,6 +79,11 @@ def main(config: DictConfig) -> None:
     from verl.trainer.main_ppo import run_ppo
 
     if config.trainer.get("use_v1", True):
+        from troll_verl.compat import has_v1_task_runner
+
+        if not has_v1_task_runner():  # verl's neo branch: its main_ppo runs the legacy trainer only
+            raise SystemExit("This verl has no v1 trainer (verl.trainer.main_ppo has no TaskRunnerV1): set "
+                             "trainer.use_v1=false to run its legacy trainer.")  # fmt: skip
         from verl.trainer.main_ppo import TaskRunnerV1 as task_runner
     else:  # verl's legacy trainer, with TROLL's trainer and workers
         from troll_verl.integration.legacy import TrollTaskRunner as task_runner

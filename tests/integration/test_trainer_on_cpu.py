@@ -219,3 +219,17 @@ def test_trainer_runs_as_verls_own_mode(monkeypatch, cls):
     mode = "troll" if cls is TrollTrainer else f"troll_{cls.troll_base_mode}"
     cls(compose_config("/nonexistent", f"trainer.v1.trainer_mode={mode}"))
     assert seen["mode"] == cls.troll_base_mode
+
+
+def test_a_verl_in_neos_shape_is_refused_naming_what_is_missing(monkeypatch):
+    """verl's neo branch: no v1 task runner, and a legacy trainer whose data plane keeps only whitelisted keys."""
+    from troll_verl import compat
+
+    monkeypatch.setattr(compat, "has_v1_task_runner", lambda: False)
+    with pytest.raises(ValueError, match=r"only its legacy trainer.*Set trainer\.use_v1=false"):
+        validate_troll_config(compose_config("/nonexistent"))
+    monkeypatch.setattr(compat, "legacy_trainer_has_data_plane", lambda: True)
+    with pytest.raises(ValueError, match=r"data plane.*troll_old_ids.*Run verl 0\.9\.x"):
+        validate_troll_config(compose_config("/nonexistent", "trainer.use_v1=false"))
+    with pytest.raises(compat.VerlVersionError, match=r"0\.9\.0\.dev.*data plane.*troll_old_ids"):
+        compat.check_verl_version("0.9.0.dev")

@@ -89,11 +89,18 @@ def validate_troll_config(config) -> TrollPolicyLossConfig:
 
     actor = config.actor_rollout_ref.actor
     from troll_verl.bypass.mode import bypass_requested, check_bypass_config
+    from troll_verl.compat import has_v1_task_runner, legacy_trainer_has_data_plane, legacy_trainer_shape_note
 
     from .seam import seam_available
 
     if not OmegaConf.select(config, "trainer.use_v1", default=True):
         # verl's legacy trainer: TROLL's own task runner (troll_verl.integration.legacy) carries the passes
+        if legacy_trainer_has_data_plane():
+            raise ValueError(
+                "TROLL on this verl's legacy trainer (trainer.use_v1=false) is not supported yet. "
+                + legacy_trainer_shape_note()
+                + "Run verl 0.9.x."
+            )
         if bypass_requested(config):
             raise ValueError(
                 "TROLL's bypass mode runs on verl's v1 trainer only: on the legacy trainer (trainer.use_v1=false) the "
@@ -106,6 +113,11 @@ def validate_troll_config(config) -> TrollPolicyLossConfig:
                 "seam (upstream/): there verl's own RayPPOTrainer tags the passes. Set trainer.use_v1=true."
             )
     else:
+        if not has_v1_task_runner():
+            raise ValueError(
+                "This verl runs only its legacy trainer (verl.trainer.main_ppo has no v1 task runner), and "
+                "trainer.use_v1=true asks for the v1 one. Set trainer.use_v1=false."
+            )
         mode = OmegaConf.select(config, "trainer.v1.trainer_mode", default="sync")
         if str(mode).startswith("troll") and mode not in TROLL_TRAINER_MODES:
             raise ValueError(

