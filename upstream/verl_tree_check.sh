@@ -44,10 +44,12 @@ declare -a RESULTS=()
 FAILED=0
 TREE_DESC="$VERL_TREE"
 stage() { echo; echo "== [verl tree] $*"; }
-record() {  # record NAME STATUS DETAIL
-    RESULTS+=("$(printf '%-15s %-5s %s' "$1" "$2" "$3")")
-    [ "$2" = "PASS" ] || FAILED=1
+record() {  # record NAME STATUS DETAIL; STATUS PASS, REFUSED (TROLL refused at start, naming why) or FAIL
+    RESULTS+=("$(printf '%-16s %-7s %s' "$1" "$2" "$3")")
+    [ "$2" != "FAIL" ] || FAILED=1
 }
+# a run that TROLL's own start-up checks stopped, with their message (not a crash)
+refusal() { grep -hoE "(not supported yet|has no v1 trainer|runs only its legacy trainer)[^\"']*" "$@" | tail -1 | cut -c1-300; }
 summary() {
     local rc=$1
     [ "$rc" = 0 ] || FAILED=1
@@ -107,12 +109,12 @@ untested="$(import_check TROLL_VERL_ALLOW_UNTESTED_VERL=1 2>/dev/null | tail -1)
 set -e
 case "$plain" in
     IMPORTED*) record import PASS "imports as installed" ;;
-    REFUSED*) record import PASS "refuses cleanly as installed: ${plain#REFUSED }" ;;
+    REFUSED*) record import REFUSED "cleanly, as installed: ${plain#REFUSED }" ;;
     *) record import FAIL "${plain:-no output}" ;;
 esac
 case "$untested" in
     IMPORTED*) record "import, untested" PASS "imports with TROLL_VERL_ALLOW_UNTESTED_VERL=1" ;;
-    REFUSED*) record "import, untested" PASS "refuses cleanly even so: ${untested#REFUSED }" ;;
+    REFUSED*) record "import, untested" REFUSED "cleanly, even so: ${untested#REFUSED }" ;;
     *) record "import, untested" FAIL "${untested:-no output}" ;;
 esac
 [[ "$untested" == IMPORTED* ]] || exit 0  # nothing further can run; the refusal is the result
@@ -161,7 +163,9 @@ EOF
 stage "dry run on the tree's default trainer (${TRAINER[*]:-v1})"
 if (cd "$ROOT" && VERL_PLATFORM=cpu TROLL_DRY_RUN=1 timeout 600 "$PY" -m troll_verl.main "${OVERRIDES[@]}" \
     "${TRAINER[@]}" >"$OUT/dry_run.log" 2>&1); then
-    record "dry run" PASS "$(grep -c 'result .*: OK\|\[TROLL dry run\]' "$OUT/dry_run.log") lines of summary"
+    record "dry run" PASS "$(grep -c '\[TROLL dry run\]' "$OUT/dry_run.log") lines of summary"
+elif [ -n "$(refusal "$OUT/dry_run.log")" ]; then
+    record "dry run" REFUSED "$(refusal "$OUT/dry_run.log")"
 else
     record "dry run" FAIL "$(grep -E 'Error|refus' "$OUT/dry_run.log" | tail -1 | cut -c1-300)"
 fi
@@ -176,6 +180,8 @@ if (cd "$ROOT" && VERL_PLATFORM=cpu VERL_FILE_LOGGER_PATH="$OUT/metrics.jsonl" t
     else
         record "tiny run" FAIL "exit 0 but $steps of $STEPS steps logged"
     fi
+elif [ -n "$(refusal "$OUT/run.log")" ]; then
+    record "tiny run" REFUSED "$(refusal "$OUT/run.log")"
 else
     record "tiny run" FAIL "$(grep -E 'Error|refus' "$OUT/run.log" | grep -v Warning | tail -1 | cut -c1-300)"
 fi
