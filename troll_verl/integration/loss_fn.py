@@ -13,7 +13,7 @@
 # limitations under the License.
 """TROLL on a verl without the policy-loss logits hook (verl 0.9 as released): the ``set_loss_fn`` route.
 
-Where verl has the hook (``core_algos.PolicyLossSpec``, upstream PR 1 in ``upstream/``), TROLL registers its
+Where verl has the hook (``core_algos.PolicyLossSpec``, upstream B and C in ``upstream/``), TROLL registers its
 hooks with the loss and verl's own ``ppo_loss`` does everything (:mod:`troll_verl.integration.plugin`); this module is
 not used.
 
@@ -85,7 +85,7 @@ TROLL_MODE_KEY = "troll_mode"
 # variable before and resets it after (try/finally): inside it, stock_policy_loss reads that micro-batch's terms;
 # outside it, the variable is None and stock_policy_loss refuses. Nothing comes back through it: the metrics return
 # through ppo_loss's own return value. A context variable, so concurrent calls (threads, asyncio tasks) never see
-# each other's terms. With verl's seam (upstream PR 1) none of this is used.
+# each other's terms. With verl's seam (upstream B and C) none of this is used.
 _STOCK_ROUTE_TERMS: contextvars.ContextVar[dict[str, torch.Tensor] | None] = contextvars.ContextVar(
     "troll_stock_route_terms", default=None
 )

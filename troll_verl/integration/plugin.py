@@ -47,10 +47,10 @@ the registries it uses. verl overwrites policy losses silently, so a name alread
 here.
 
 **Two routes, chosen once, at registration.** Where verl has the policy-loss logits seam
-(``core_algos.PolicyLossSpec``: upstream PR 1, see ``upstream/``; :func:`troll_verl.integration.seam.seam_available`),
-loss ``troll`` is :func:`troll_policy_loss_seam`, registered with its hooks
-(:func:`troll_verl.core.losses.troll_logits_fn`, :func:`troll_verl.core.losses.troll_old_pass_fn`), and verl's
-engines, workers, trainers and ``ppo_loss`` run TROLL unchanged. On verl 0.9 as released it is
+(``core_algos.PolicyLossSpec``: upstream B and C, see ``upstream/``;
+:func:`troll_verl.integration.seam.seam_available`), loss ``troll`` is :func:`troll_policy_loss_seam`, registered with
+its hooks (:func:`troll_verl.core.losses.troll_logits_fn`, :func:`troll_verl.core.losses.troll_old_pass_fn`), and
+verl's engines, workers, trainers and ``ppo_loss`` run TROLL unchanged. On verl 0.9 as released it is
 :func:`troll_policy_loss_stock`, and TROLL's worker and trainer route the passes through verl's distillation logits
 hook instead (:mod:`troll_verl.integration.loss_fn`).
 """

@@ -11,7 +11,7 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Whether the installed verl has the policy-loss logits seam (upstream PR 1, ``upstream/``).
+"""Whether the installed verl has the policy-loss logits seam (upstream B and C, ``upstream/``).
 
 A policy loss registered with a ``core_algos.PolicyLossSpec`` gets the engine's logits in its own hooks and its
 outputs carried through the passes by verl itself. Where the seam exists, troll-verl registers TROLL that way
@@ -24,7 +24,8 @@ __all__ = ["seam_available"]
 
 
 def seam_available() -> bool:
-    """True when ``verl.trainer.ppo.core_algos`` has ``PolicyLossSpec`` (verl with upstream PR 1 applied)."""
+    """True when ``verl.trainer.ppo.core_algos`` has ``PolicyLossSpec``, which upstream B adds (TROLL's spec also
+    uses C's ``old_pass_fn`` and ``old_pass_keys``)."""
     from verl.trainer.ppo import core_algos
 
     return hasattr(core_algos, "PolicyLossSpec")
