@@ -3,7 +3,7 @@
 # installs the wheels that scripts/gpu_fetch.sh put in .whl/ into a private folder, stands in for Ray (too big to
 # carry; scripts/gpu/stubs/ray), and runs scripts/gpu_check.py: the core's tests on CUDA, bench_loss.py at Qwen3-4B/8B
 # shapes, and one TROLL and one clip update through verl's FSDP2 engine. Writes gpu_check.json and gpu_check.md to
-# $GPU_CHECK_OUT (default: $OUT where the device tool sets it, else outputs/gpu_check). About 5 minutes.
+# $GPU_CHECK_OUT (default: $OUT where the device tool sets it, else outputs/gpu_check). About 3 minutes on an H100.
 #   PYTHON      the interpreter with CUDA torch (default python3)
 #   WHEEL_DIR   the fetched wheels (default .whl)
 # Exit status: 0 every stage passed, 1 a stage failed (see the tables), 2 this machine cannot run the check.
