@@ -15,7 +15,7 @@
 
 The passes as an engine runs them, on random logits: the old-log-prob pass's hook and final call (the old top-K
 stored response-aligned), then the update's hook and final call. Loss, gradient and metrics must equal TROLL's loss
-computed directly from the same logits. Runs only where verl has the seam (upstream PR 1); ``upstream/check.sh``
+computed directly from the same logits. Runs only where verl has the seam (upstream B and C); ``upstream/check.sh``
 runs it there.
 """
 

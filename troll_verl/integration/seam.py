@@ -17,15 +17,25 @@ A policy loss registered with a ``core_algos.PolicyLossSpec`` gets the engine's 
 outputs carried through the passes by verl itself. Where the seam exists, troll-verl registers TROLL that way
 (:mod:`troll_verl.integration.plugin`) and its worker and trainer leave the passes to verl; on verl 0.9 as released
 they route them through verl's distillation logits hook (:mod:`troll_verl.integration.loss_fn`). The plugin asks once,
-when it registers the loss.
+when it registers the loss. The seam is present only when both hooks are: a verl with B but not C takes the stock
+route.
 """
 
-__all__ = ["seam_available"]
+import dataclasses
+
+__all__ = ["seam_available", "SEAM_SPEC_FIELDS"]
+
+# every field of verl's PolicyLossSpec that TROLL's spec sets: B's update-pass hook and C's old-pass hook
+SEAM_SPEC_FIELDS = ("logits_fn", "logits_output_keys", "provides_log_probs", "old_pass_fn", "old_pass_keys")
 
 
 def seam_available() -> bool:
-    """True when ``verl.trainer.ppo.core_algos`` has ``PolicyLossSpec``, which upstream B adds (TROLL's spec also
-    uses C's ``old_pass_fn`` and ``old_pass_keys``)."""
+    """True when ``verl.trainer.ppo.core_algos.PolicyLossSpec`` has every field TROLL's spec sets
+    (:data:`SEAM_SPEC_FIELDS`: upstream B and C). A partial seam (B without C) counts as none, so the plugin keeps its
+    own route there instead of building a spec verl cannot take."""
     from verl.trainer.ppo import core_algos
 
-    return hasattr(core_algos, "PolicyLossSpec")
+    spec = getattr(core_algos, "PolicyLossSpec", None)
+    if spec is None or not dataclasses.is_dataclass(spec):
+        return False
+    return set(SEAM_SPEC_FIELDS) <= {field.name for field in dataclasses.fields(spec)}
