@@ -77,22 +77,6 @@ def troll_policy_objective(
     loss_agg_mode: str,
     config: Any,
     rollout_is_weights: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, dict[str, float]]:
-    """Aggregate per-token TROLL terms into the policy loss (TROLL §4, §7): :func:`_objective` with its metrics
-    read back as floats (one transfer). Arguments and the loss as :func:`_objective`'s."""
-    loss, metrics = _objective(terms, old_log_prob, advantages, response_mask, loss_agg_mode, config,
-                               rollout_is_weights)  # fmt: skip
-    return loss, _to_host(metrics)
-
-
-def _objective(
-    terms: TrollTokenTerms,
-    old_log_prob: torch.Tensor,
-    advantages: torch.Tensor,
-    response_mask: torch.Tensor,
-    loss_agg_mode: str,
-    config: Any,
-    rollout_is_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, Any]]:
     """Aggregate per-token TROLL terms into the policy loss (TROLL §4, §7).
 
@@ -110,7 +94,7 @@ def _objective(
 
     Returns:
         ``(loss, metrics)`` with 0-d tensor metrics on the loss's device (keys in :data:`MAX_METRICS` are maxima),
-        read back by the caller in one transfer (:func:`_to_host`).
+        read back by the caller in one transfer (:func:`compute_policy_loss_troll` does, once per micro-batch).
     """
     cfg = config.policy_loss.troll
     mask = response_mask.bool()
@@ -313,7 +297,9 @@ def compute_policy_loss_troll(
             "computed by troll_logits_fn inside the engine's forward pass (logits_outputs=), which needs an engine "
             "with the policy-loss logits hook and use_fused_kernels=False."
         )
-    loss, metrics = _objective(terms, old_log_prob, advantages, mask, loss_agg_mode, config, rollout_is_weights)
+    loss, metrics = troll_policy_objective(
+        terms, old_log_prob, advantages, mask, loss_agg_mode, config, rollout_is_weights
+    )
     metrics["troll/solver_iters"] = iters
     metrics.update(extra)
     return loss, with_aggregation(_to_host(metrics), _loss_aggregation(config.global_batch_info))

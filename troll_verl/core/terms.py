@@ -30,7 +30,7 @@ from .sparse import SparseSupport
 if TYPE_CHECKING:  # the settings class is verl's BaseConfig; the terms need only its values
     from .config import TrollConfig
 
-__all__ = ["TrollTokenTerms", "troll_token_terms", "hook_outputs", "TROLL_LOGITS_OUTPUT_KEYS"]
+__all__ = ["TrollTokenTerms", "troll_token_terms", "projected_support", "hook_outputs", "TROLL_LOGITS_OUTPUT_KEYS"]
 
 
 class TrollTokenTerms(NamedTuple):
@@ -90,6 +90,22 @@ def hook_outputs(
     return out
 
 
+def projected_support(
+    support: SparseSupport, cfg: TrollConfig, row_mask: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """What the projection acts on: ``(log-probs (..., S + 1), mask (..., S + 1))`` of the current policy on the
+    support, the tokens outside ``row_mask`` masked out entirely (identity, zero terms)."""
+    new_lp = support.new_logprobs
+    sup_mask = support.mask if row_mask is None else support.mask & row_mask[..., None]
+    if cfg.tail == "renormalize":
+        # NOTE: the paper's treatment (ablation): drop the tail bucket and renormalise on the union support.
+        sup_mask = sup_mask.clone()
+        sup_mask[..., -1] = False
+        lse = torch.logsumexp(new_lp.masked_fill(~sup_mask, float("-inf")), dim=-1, keepdim=True)
+        new_lp = new_lp - torch.where(torch.isfinite(lse), lse, 0.0)
+    return new_lp, sup_mask
+
+
 @full_precision
 def troll_token_terms(
     support: SparseSupport, cfg: TrollConfig, row_mask: torch.Tensor | None = None
@@ -114,14 +130,7 @@ def troll_token_terms(
         from .kernels import projection as kernels
 
         return kernels.troll_token_terms(support, cfg, row_mask)
-    new_lp = support.new_logprobs
-    sup_mask = support.mask if row_mask is None else support.mask & row_mask[..., None]
-    if cfg.tail == "renormalize":
-        # NOTE: the paper's treatment (ablation): drop the tail bucket and renormalise on the union support.
-        sup_mask = sup_mask.clone()
-        sup_mask[..., -1] = False
-        lse = torch.logsumexp(new_lp.masked_fill(~sup_mask, float("-inf")), dim=-1, keepdim=True)
-        new_lp = new_lp - torch.where(torch.isfinite(lse), lse, 0.0)
+    new_lp, sup_mask = projected_support(support, cfg, row_mask)
 
     # TROLL §1-3: per-token projection onto KL(π ‖ π_old) ≤ ε, differentiable through η*.
     proj = project(

@@ -41,7 +41,7 @@ from torch.autograd.function import once_differentiable
 
 from ..projection import ProjectionResult, full_precision
 from ..projection import project as torch_project
-from ..terms import TrollTokenTerms
+from ..terms import TrollTokenTerms, projected_support
 
 __all__ = ["KLProjection", "TokenTerms", "project", "troll_token_terms", "SOLVER_CONSTANTS"]
 
@@ -393,14 +393,7 @@ def troll_token_terms(support, cfg, row_mask: torch.Tensor | None = None) -> tup
             Newton's).
         row_mask: optional bool ``(...)``: tokens outside it are not projected (identity, zero terms).
     """
-    new_lp = support.new_logprobs
-    sup_mask = support.mask if row_mask is None else support.mask & row_mask[..., None]
-    if cfg.tail == "renormalize":
-        # NOTE: the paper's treatment (ablation), as in terms.py: drop the tail bucket and renormalise on the union
-        sup_mask = sup_mask.clone()
-        sup_mask[..., -1] = False
-        lse = torch.logsumexp(new_lp.masked_fill(~sup_mask, float("-inf")), dim=-1, keepdim=True)
-        new_lp = new_lp - torch.where(torch.isfinite(lse), lse, 0.0)
+    new_lp, sup_mask = projected_support(support, cfg, row_mask)
     width = new_lp.shape[-1]
     batch = new_lp.shape[:-1]
     plp, lp, reg, klb, kla, eta, projected, iters = TokenTerms.apply(
