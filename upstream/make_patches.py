@@ -72,6 +72,7 @@ TRAILERS = "Co-authored-by: Claude <noreply@anthropic.com>\n"
 MODULES_D = {
     "troll_verl/core/host.py": "verl/trainer/troll/host.py",
     "troll_verl/core/projection.py": "verl/trainer/troll/projection.py",
+    "troll_verl/core/support.py": "verl/trainer/troll/support.py",
     "troll_verl/core/sparse.py": "verl/trainer/troll/sparse.py",
     "troll_verl/core/old_side.py": "verl/trainer/troll/old_side.py",
     "troll_verl/core/layout.py": "verl/trainer/troll/layout.py",
@@ -103,8 +104,13 @@ TESTS_E = {
 EXPOSED = ("kl_bound", "alpha", "topk", "ratio_level")
 ABLATIONS = {"old_estimate": "floor", "tail": "bucket", "solver": "newton"}
 
-_SUBMODULES = "host|projection|sparse|old_side|layout|terms|losses|fsdp|megatron"
-_USES_SETTINGS = ("troll_verl/core/terms.py", "troll_verl/core/fsdp/losses.py", "troll_verl/core/megatron/losses.py")
+_SUBMODULES = "host|projection|support|sparse|old_side|layout|terms|losses|fsdp|megatron"
+_USES_SETTINGS = (
+    "troll_verl/core/support.py",
+    "troll_verl/core/terms.py",
+    "troll_verl/core/fsdp/losses.py",
+    "troll_verl/core/megatron/losses.py",
+)
 _USES_CONFIG = ("tests/core/test_losses_on_cpu.py", "tests/integration/test_seam_on_cpu.py")
 # (pattern, replacement, the sources it must match in); regular expressions, applied to every generated file in order
 REWRITES = [
@@ -190,16 +196,18 @@ _OLD_ESTIMATE = [  # sparse.py: the paper's floor for union tokens the old pass 
         "probability (default\n  1e-12, :func:`~troll_verl.core.old_side.old_side_estimate`).",
     ),
     sub(r"; the ``upper`` estimate puts them at or above it, so the sparse KL can fall slightly below\.", "."),
-    sub(r", old_estimate: str = \"floor\"\n\) -> SparseSupport:", "\n) -> SparseSupport:"),
-    sub(r"floor, old_estimate\)\n", "floor)\n"),
     sub(r'^    old_estimate: str = "floor",\n', ""),
-    sub(r"^        old_estimate: one of .*\n", ""),
     sub(r"^        old_estimate: old-side value .*\n.*\n", ""),
     sub(r"^    check_old_estimate\(old_estimate\)\n", ""),
     sub(r"floor, old_estimate\n    \)", "floor\n    )"),
     # the package's measurements are not in verl
     sub(r"median 2\.6×, ``docs/\n  benchmarks\.md``\)", "median 2.6×)"),
     sub(r"at no extra time on the lean path \(``docs/benchmarks\.md``\)\.", "at no extra time on the lean path."),
+]
+_OLD_ESTIMATE_SUPPORT = [  # support.py: assemble_support fills in the floor only
+    sub(r", old_estimate: str = \"floor\"\n\) -> SparseSupport:", "\n) -> SparseSupport:"),
+    sub(r"floor, old_estimate\)\n", "floor)\n"),
+    sub(r"^        old_estimate: one of .*\n", ""),
 ]
 _OLD_SIDE = [  # old_side.py: the floor only
     sub(
@@ -236,6 +244,11 @@ EDITS = {
         *_OLD_ESTIMATE,
     ],
     "troll_verl/core/old_side.py": _OLD_SIDE,
+    "troll_verl/core/support.py": [  # the tail is always a differentiable bucket (the paper's renormalisation dropped)
+        *_OLD_ESTIMATE_SUPPORT,
+        keep("cfg.tail == 'renormalize'", "none"),
+        sub(r"\n:mod:`\.sparse` and :mod:`\.terms` compute these .*\n.*runs one way\.\n", ""),  # no kernels in verl
+    ],
     # loss "troll" is registered in core_algos (prD/verl.diff), whose spec names the hooks lazily; verl's own ppo_loss
     # decides the loss metrics' aggregation there too, and no engine needs the stock-verl route's fact
     "troll_verl/core/losses.py": [
@@ -253,14 +266,13 @@ EDITS = {
             '.\n    """\n',
         ),
     ],
-    "troll_verl/core/terms.py": [  # the tail is always a differentiable bucket (the paper's renormalisation dropped)
+    "troll_verl/core/terms.py": [
         keep(
             "cfg.solver == 'newton' and support.new_logprobs.shape[-1] <= 2 * MAX_TOPK + 2 and "
             "use_kernels(support.new_logprobs)",
             "none",
         ),
         sub(r"^from \.kernels import MAX_TOPK, use_kernels\n", ""),
-        keep("cfg.tail == 'renormalize'", "none"),
         sub(r"^        solver=cfg\.solver,\n", ""),
     ],
     "troll_verl/core/fsdp/losses.py": [

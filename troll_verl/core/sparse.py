@@ -56,16 +56,15 @@ micro-batches save the same memory at no extra time on the lean path (``docs/ben
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
 
 import torch
 from torch.autograd.function import once_differentiable
 
 from .host import host_reads
 from .kernels import use_kernels
-from .old_side import old_side_estimate
 from .options import check_old_estimate
 from .projection import compute_dtype, full_precision
+from .support import OldTopK, SparseSupport, assemble_support, check_sparse_inputs, check_support_args
 
 __all__ = [
     "OldTopK",
@@ -89,62 +88,9 @@ MAX_CHUNK_BYTES = 2**30
 _PRIO_SAMPLED, _PRIO_OLD, _PRIO_NEW, _PRIO_SHIFT = 0, 1, 2, 2  # sort key = id << 2 | priority
 
 
-class OldTopK(NamedTuple):
-    """The old policy's sparse distribution, as stored by the old-log-prob pass.
-
-    Attributes:
-        ids: ``(N, K)`` int32 vocabulary ids, sorted by probability, ``-1`` past the mass rule.
-        logprobs: ``(N, K)`` log-probs at ``ids`` (fp32, bf16 or fp16; values past the mass rule are ignored).
-        tail_logprob: ``(N,)`` fp32 log of the mass outside the stored ids (clamped to the floor).
-    """
-
-    ids: torch.Tensor
-    logprobs: torch.Tensor
-    tail_logprob: torch.Tensor
-
-
-class SparseSupport(NamedTuple):
-    """Both policies on the union support plus the tail bucket (last column), ready for :func:`project`.
-
-    Attributes:
-        new_logprobs: ``(..., S + 1)`` fp32 log-probs of the current policy; differentiable w.r.t. the logits.
-        old_logprobs: ``(..., S + 1)`` fp32 log-probs of the old policy (floor where unknown).
-        mask: ``(..., S + 1)`` bool, False at padding slots of rows whose union is smaller than S.
-        ids: ``(..., S)`` int64 vocabulary ids of the union (sorted; ``-1`` at padding slots).
-        sampled_index: ``(...)`` int64 position of the sampled token within the support.
-    """
-
-    new_logprobs: torch.Tensor
-    old_logprobs: torch.Tensor
-    mask: torch.Tensor
-    ids: torch.Tensor
-    sampled_index: torch.Tensor
-
-    def reshape(self, *batch: int) -> SparseSupport:
-        """View every field with leading dims ``batch`` instead of ``(N,)``."""
-        width, n_ids = self.new_logprobs.shape[-1], self.ids.shape[-1]
-        return SparseSupport(
-            self.new_logprobs.reshape(*batch, width),
-            self.old_logprobs.reshape(*batch, width),
-            self.mask.reshape(*batch, width),
-            self.ids.reshape(*batch, n_ids),
-            self.sampled_index.reshape(*batch),
-        )
-
-
 # ----------------------------------------------------------------------------------------------------------
 # argument checks
 # ----------------------------------------------------------------------------------------------------------
-def check_support_args(topk: int, mass_delta: float, floor: float | None = None) -> None:
-    """Raise ``ValueError`` naming the argument when ``topk``, ``mass_delta`` or ``floor`` is out of range."""
-    if not isinstance(topk, int) or isinstance(topk, bool) or topk < 1:
-        raise ValueError(f"topk must be an int >= 1 (the paper uses 64), got {topk!r}.")
-    if not isinstance(mass_delta, int | float) or not (0.0 < mass_delta < 1.0):
-        raise ValueError(f"mass_delta must lie in (0, 1) (the paper uses 1e-5), got {mass_delta!r}.")
-    if floor is not None and (not isinstance(floor, int | float) or not (0.0 < floor < 1.0)):
-        raise ValueError(f"floor must lie in (0, 1) (the paper uses 1e-12), got {floor!r}.")
-
-
 def _check_logits(name: str, logits: torch.Tensor) -> None:
     if not isinstance(logits, torch.Tensor) or logits.dim() != 2 or not logits.is_floating_point():
         raise ValueError(
@@ -172,20 +118,6 @@ def _chunk_rows(n_rows: int, vocab: int, chunk_size: int | None) -> int:
             raise ValueError(f"chunk_size must be a positive int (tokens per chunk) or None, got {chunk_size!r}.")
         return chunk_size
     return max(1, min(-(-n_rows // MIN_CHUNKS), MAX_CHUNK_BYTES // (4 * max(vocab, 1))))
-
-
-def check_sparse_inputs(n_rows: int, sampled: torch.Tensor, old: OldTopK, sampled_old_lp: torch.Tensor) -> None:
-    """Raise ``ValueError`` unless the sampled tokens and the old top-K have one entry per row."""
-    if sampled.shape != (n_rows,) or sampled_old_lp.shape != (n_rows,):
-        raise ValueError(
-            f"sampled_ids and old_sampled_logprob must have shape ({n_rows},) (one per token), got "
-            f"{tuple(sampled.shape)} and {tuple(sampled_old_lp.shape)}."
-        )
-    if old.ids.shape[0] != n_rows or old.logprobs.shape != old.ids.shape or old.tail_logprob.shape != (n_rows,):
-        raise ValueError(
-            f"old top-K tensors must be ids/logprobs ({n_rows}, K) and tail_logprob ({n_rows},), got "
-            f"{tuple(old.ids.shape)}, {tuple(old.logprobs.shape)}, {tuple(old.tail_logprob.shape)}."
-        )
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -576,32 +508,6 @@ class _SparseFromLogits(torch.autograd.Function):
                 dest = rows[sl] if rows is not None else torch.arange(sl.start, sl.stop, device=grad.device)
                 grad.index_copy_(0, dest, g.to(grad.dtype))
         return grad, None, None, None, None, None, None, None, None, None, None
-
-
-def assemble_support(
-    new, tail, ids, old_u, valid, old: OldTopK, sampled, sampled_old_lp, floor, old_estimate: str = "floor"
-) -> SparseSupport:
-    """Append the tail bucket as the last column, fill in the old side
-    (:func:`~troll_verl.core.old_side.old_side_estimate`) and locate the sampled token.
-
-    Args:
-        new: ``(N, S)`` current log-probs on the union; tail: ``(N,)`` its tail log-mass (clamped to the floor).
-        ids, old_u, valid: ``(N, S)`` the union ids, the old log-probs known so far and the valid slots.
-        old: the stored :class:`OldTopK`. sampled, sampled_old_lp: ``(N,)``. floor: the floor probability.
-        old_estimate: one of :data:`~troll_verl.core.options.OLD_ESTIMATES`.
-
-    Returns:
-        :class:`SparseSupport` with ``(N, S + 1)`` fields.
-    """
-    old_u, old_tail = old_side_estimate(new, ids, old_u, valid, old, sampled, sampled_old_lp, floor, old_estimate)
-    ones = torch.ones((new.shape[0], 1), dtype=torch.bool, device=new.device)
-    return SparseSupport(
-        new_logprobs=torch.cat([new, tail[:, None]], dim=1),
-        old_logprobs=torch.cat([old_u, old_tail[:, None]], dim=1),
-        mask=torch.cat([valid, ones], dim=1),
-        ids=torch.where(valid, ids, -1),
-        sampled_index=(ids == sampled[:, None]).long().argmax(-1),
-    )
 
 
 def troll_sparse_from_logits(

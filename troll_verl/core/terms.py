@@ -19,47 +19,18 @@ compute them inside the forward pass, where the logits live.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
 import torch
 
 from .kernels import MAX_TOPK, use_kernels
 from .projection import full_precision, project
-from .sparse import SparseSupport
+from .support import SparseSupport, TrollTokenTerms, projected_support
 
 if TYPE_CHECKING:  # the settings class is verl's BaseConfig; the terms need only its values
     from .config import TrollConfig
 
 __all__ = ["TrollTokenTerms", "troll_token_terms", "projected_support", "hook_outputs", "TROLL_LOGITS_OUTPUT_KEYS"]
-
-
-class TrollTokenTerms(NamedTuple):
-    """Per-token TROLL quantities, all of the same shape (e.g. ``(N,)`` or ``(bsz, T)``).
-
-    ``proj_log_prob``, ``log_prob`` and ``regression`` carry gradients; the rest are detached diagnostics.
-
-    Attributes:
-        proj_log_prob: log π(o_t), the projected log-prob of the sampled token.
-        log_prob: log π̃(o_t), the current (unprojected) log-prob of the sampled token.
-        regression: KL(π̃ ‖ sg π) on the support plus tail (TROLL §4).
-        kl_before: KL(π̃ ‖ π_old).   kl_after: KL(π ‖ π_old).   eta: η*.
-        projected: 1.0 where the token was projected.   support_size: union size without the tail.
-        covered_mass: mass of π̃ on the union.
-    """
-
-    proj_log_prob: torch.Tensor
-    log_prob: torch.Tensor
-    regression: torch.Tensor
-    kl_before: torch.Tensor
-    kl_after: torch.Tensor
-    eta: torch.Tensor
-    projected: torch.Tensor
-    support_size: torch.Tensor
-    covered_mass: torch.Tensor
-
-    def map(self, fn) -> TrollTokenTerms:
-        """Apply ``fn`` to every field (e.g. reshape, pad)."""
-        return TrollTokenTerms(*(fn(t) for t in self))
 
 
 # Per-row outputs of TROLL's update-pass hook that reach the policy loss: every TrollTokenTerms field but log_prob
@@ -88,22 +59,6 @@ def hook_outputs(
         out["log_probs" if name == "log_prob" else f"troll_{name}"] = full.reshape(shape)
     out["troll_solver_iters"] = torch.as_tensor(iters, device=rows.device).to(torch.float32).expand(shape).clone()
     return out
-
-
-def projected_support(
-    support: SparseSupport, cfg: TrollConfig, row_mask: torch.Tensor | None = None
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """What the projection acts on: ``(log-probs (..., S + 1), mask (..., S + 1))`` of the current policy on the
-    support, the tokens outside ``row_mask`` masked out entirely (identity, zero terms)."""
-    new_lp = support.new_logprobs
-    sup_mask = support.mask if row_mask is None else support.mask & row_mask[..., None]
-    if cfg.tail == "renormalize":
-        # NOTE: the paper's treatment (ablation): drop the tail bucket and renormalise on the union support.
-        sup_mask = sup_mask.clone()
-        sup_mask[..., -1] = False
-        lse = torch.logsumexp(new_lp.masked_fill(~sup_mask, float("-inf")), dim=-1, keepdim=True)
-        new_lp = new_lp - torch.where(torch.isfinite(lse), lse, 0.0)
-    return new_lp, sup_mask
 
 
 @full_precision

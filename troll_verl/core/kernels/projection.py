@@ -41,7 +41,7 @@ from torch.autograd.function import once_differentiable
 
 from ..projection import ProjectionResult, full_precision
 from ..projection import project as torch_project
-from ..terms import TrollTokenTerms, projected_support
+from ..support import TrollTokenTerms, projected_support
 
 __all__ = ["KLProjection", "TokenTerms", "project", "troll_token_terms", "SOLVER_CONSTANTS"]
 
@@ -385,10 +385,10 @@ def project(
 @full_precision
 def troll_token_terms(support, cfg, row_mask: torch.Tensor | None = None) -> tuple[TrollTokenTerms, torch.Tensor]:
     """:func:`troll_verl.core.terms.troll_token_terms` on the kernels: same arguments, the same
-    :class:`~troll_verl.core.terms.TrollTokenTerms`, and the solver's iteration count as a 0-d tensor.
+    :class:`~troll_verl.core.support.TrollTokenTerms`, and the solver's iteration count as a 0-d tensor.
 
     Args:
-        support: :class:`~troll_verl.core.sparse.SparseSupport` with ``(..., S + 1)`` fields.
+        support: :class:`~troll_verl.core.support.SparseSupport` with ``(..., S + 1)`` fields.
         cfg: TROLL's settings (``kl_bound``, ``tail``, ``solver_max_iter``, ``solver_tol``, ``eta_max``; the solver is
             Newton's).
         row_mask: optional bool ``(...)``: tokens outside it are not projected (identity, zero terms).

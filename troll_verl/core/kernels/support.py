@@ -15,7 +15,7 @@
 :mod:`troll_verl.core.sparse`, same arguments, same outputs (up to the union's fixed width, below).
 
 Per call: the old pass is two launches (:mod:`.stats`, :mod:`.topk`); the update pass's forward two and its backward
-one (:mod:`.grad`), plus the small ``(N, C)`` tensor ops of :func:`troll_verl.core.sparse.assemble_support`. Only the
+one (:mod:`.grad`), plus the small ``(N, C)`` tensor ops of :func:`troll_verl.core.support.assemble_support`. Only the
 caller's logits and ``O(N·C)`` tensors are saved for backward; no ``(rows, V)`` buffer is allocated but the gradient.
 
 NOTE: the union support has the fixed width ``C = K_old + K + 1`` (padding masked), where the torch path trims it to
@@ -32,15 +32,9 @@ import math
 import torch
 from torch.autograd.function import once_differentiable
 
+from ..options import check_old_estimate
 from ..projection import full_precision
-from ..sparse import (
-    OldTopK,
-    SparseSupport,
-    assemble_support,
-    check_old_estimate,
-    check_sparse_inputs,
-    check_support_args,
-)
+from ..support import OldTopK, SparseSupport, assemble_support, check_sparse_inputs, check_support_args
 from .grad import logits_grad
 from .topk import old_topk, support_forward
 
@@ -118,7 +112,7 @@ def troll_sparse_from_logits(
     accepted and ignored: the kernels hold no ``(rows, V)`` buffer).
 
     Returns:
-        :class:`~troll_verl.core.sparse.SparseSupport` with ``(N, C + 1)`` fields, ``C = K_old + min(topk, V) + 1``.
+        :class:`~troll_verl.core.support.SparseSupport` with ``(N, C + 1)`` fields, ``C = K_old + min(topk, V) + 1``.
     """
     _check_logits(logits)
     check_support_args(topk, mass_delta, floor)

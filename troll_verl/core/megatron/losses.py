@@ -120,9 +120,10 @@ def _vp_support_values(z, p_full, safe, valid, total, group, start):
 class VocabParallelStatistics(ChunkStatistics):
     """The per-chunk statistics of this rank's vocabulary shard (see the module docstring); every other step of the
     sparse support is :mod:`troll_verl.core.sparse`'s. Pass it as ``statistics=`` to
-    :func:`~troll_verl.core.sparse.old_topk_from_logits` and :func:`~troll_verl.core.sparse.troll_sparse_from_logits`
-    with this rank's ``(N, V/tp)`` shard (Megatron's equal partition, rank-major) and global-id inputs, identical on
-    every rank; their results are then identical on every rank, and gradients flow to this rank's shard.
+    :func:`~troll_verl.core.sparse.old_topk_from_logits` and
+    :func:`~troll_verl.core.sparse.troll_sparse_from_logits` with this rank's ``(N, V/tp)`` shard (Megatron's equal
+    partition, rank-major) and global-id inputs, identical on every rank; their results are then identical on every
+    rank, and gradients flow to this rank's shard.
 
     Args:
         group: the tensor-parallel process group (None: a single shard, i.e. the full vocabulary).
