@@ -91,14 +91,14 @@ def _topk_specs(dtype, vocab: int, k: int, ko: int, rows) -> list[KernelSpec]:
                      NC="i32", K="i32", SCR="i32", keep_mass="fp32", log_floor="fp32")  # fmt: skip
         kern = topk._old_topk_kernel
         out.append(KernelSpec(f"old_topk[{dtype}, V={vocab}, K={k}, rows={has_rows}]", kern,
-                              _signature(kern, types, common), common, topk._WARPS))  # fmt: skip
+                              _signature(kern, types, common), common, cfg.WARPS))  # fmt: skip
         constexprs = {**common, "KO_P2": cfg.KO_P2, "RB": topk._RB}
         types.update(ids_ptr="*i64", old_ids_ptr="*i32", old_lp_ptr="*fp32", sampled_ptr="*i64",
                      sampled_old_lp_ptr="*fp32", old_ptr="*fp32", valid_ptr="*u8", new_ptr="*fp32", KO="i32",
                      C="i32")  # fmt: skip
         kern = topk._support_kernel
         out.append(KernelSpec(f"support[{dtype}, V={vocab}, K={k}, K_old={ko}, rows={has_rows}]", kern,
-                              _signature(kern, types, constexprs), constexprs, topk._WARPS))  # fmt: skip
+                              _signature(kern, types, constexprs), constexprs, cfg.WARPS))  # fmt: skip
     return out
 
 

@@ -54,7 +54,6 @@ __all__ = ["LOW_BITS", "TopKConfig", "topk_config", "old_topk", "support_forward
 LOW_BITS = {torch.float32: 0, torch.bfloat16: 16, torch.float16: 13}
 _SB = 8  # support tokens per block of the tail's chunk re-read
 _RB = 16  # union candidates ranked per block
-_WARPS = 16
 
 
 def _pow2(n: int) -> int:
@@ -75,6 +74,9 @@ class TopKConfig:
         self.C = ko + k + 1
         self.C_P2 = max(_pow2(self.C), self.K_P2)
         self.SCR = self.KC + self.K_P2 + self.C_P2  # scratch per row: chunk ids | top-K positions | ids
+        # warps per row: 16 spread the 1024+ chunk maxima of a large vocabulary; below that ptxas caps 16 warps at 64
+        # registers and spills to the stack, 8 warps fit (tests/core/kernels/test_aot_compile_on_cpu.py)
+        self.WARPS = 16 if self.NC_P2 >= 1024 else 8
 
 
 def topk_config(vocab: int, k: int, ko: int = 0) -> TopKConfig:
@@ -352,7 +354,7 @@ def old_topk(logits, rows, k: int, mass_delta: float, log_floor: float, value_dt
         logits, logits.stride(0), lse if rows is None else rows.contiguous(), lse, cmax, csum, scr, ids, lps, tail,
         cfg.V, cfg.NC, k, cfg.SCR, 1.0 - mass_delta, log_floor,
         HAS_ROWS=rows is not None, KC=cfg.KC, NC_P2=cfg.NC_P2, K_P2=cfg.K_P2, C_P2=cfg.C_P2, CHUNK_=CHUNK,
-        LOW_BIT=LOW_BITS[logits.dtype], SB=_SB, num_warps=_WARPS,
+        LOW_BIT=LOW_BITS[logits.dtype], SB=_SB, num_warps=cfg.WARPS,
     )  # fmt: skip
     return ids, lps, tail
 
@@ -389,6 +391,6 @@ def support_forward(logits, rows, old_ids, old_lp, sampled, sampled_old_lp, k: i
         new, tail,
         cfg.V, cfg.NC, k, ko, cfg.C, cfg.SCR, 1.0 - mass_delta, log_floor,
         HAS_ROWS=rows is not None, KC=cfg.KC, NC_P2=cfg.NC_P2, K_P2=cfg.K_P2, KO_P2=cfg.KO_P2, C_P2=cfg.C_P2,
-        CHUNK_=CHUNK, LOW_BIT=LOW_BITS[logits.dtype], SB=_SB, RB=_RB, num_warps=_WARPS,
+        CHUNK_=CHUNK, LOW_BIT=LOW_BITS[logits.dtype], SB=_SB, RB=_RB, num_warps=cfg.WARPS,
     )  # fmt: skip
     return ids, old, valid.view(torch.bool), new, tail, lse
