@@ -67,13 +67,19 @@ def test_refusals_name_the_setting(override, match):
 
 def test_the_legacy_trainer_runs_troll_but_not_its_bypass_mode():
     """trainer.use_v1=false is TROLL's legacy task runner (troll_verl.integration.legacy), whatever the v1 mode key
-    says; bypass mode has no field there and is refused naming both ways out."""
-    settings = validate_troll_config(compose_config("/nonexistent", "trainer.use_v1=false",
-                                                    "trainer.v1.trainer_mode=sync"))  # fmt: skip
-    assert settings.kl_bound == 0.05
+    says; bypass mode has no field there and is refused naming both ways out. With the seam (upstream/), verl's own
+    legacy trainer tags the passes, untried with TROLL: refused naming trainer.use_v1=true."""
+    from troll_verl.integration.seam import seam_available
+
     with pytest.raises(ValueError, match=r"trainer\.use_v1=true, or algorithm\.rollout_correction\.bypass_mode=false"):
         validate_troll_config(compose_config("/nonexistent", "trainer.use_v1=false",
                                              "algorithm.rollout_correction.bypass_mode=true"))  # fmt: skip
+    config = compose_config("/nonexistent", "trainer.use_v1=false", "trainer.v1.trainer_mode=sync")
+    if seam_available():
+        with pytest.raises(ValueError, match=r"seam.*Set trainer\.use_v1=true"):
+            validate_troll_config(config)
+    else:
+        assert validate_troll_config(config).kl_bound == 0.05
 
 
 @pytest.mark.parametrize(
