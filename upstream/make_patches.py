@@ -317,7 +317,7 @@ EDITS = {
         sub(r"_actor_config\(topk=K, mass_delta=DELTA, kl_bound=0\.05\)", "_actor_config(topk=K, kl_bound=0.05)"),
         # in verl's tree the seam is there: no plugin to ask
         sub(r"^from troll_verl\.integration\.seam import seam_available\n", ""),
-        sub(r'^pytestmark = pytest\.mark\.skipif\(not seam_available\(\).*\n\n', ""),
+        sub(r"^pytestmark = pytest\.mark\.skipif\(not seam_available\(\).*\n\n", ""),
     ],
     "tests/core/test_megatron_losses_on_cpu.py": [
         # the engine-facing TP/CP test needs the package's engine harness and plugin config: it stays there

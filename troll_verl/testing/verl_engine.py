@@ -148,8 +148,8 @@ def old_pass(worker, batch, temperature: float, store: bool = True, **flags):
     from troll_verl.core.losses import troll_old_fields
     from troll_verl.integration.seam import seam_available
 
-    seam = seam_available()
-    cfg = worker.config.actor.policy_loss.troll
+    seam = seam_available() and store
+    cfg = worker.config.actor.policy_loss.troll if seam else None
     data = batch.clone()
     tu.assign_non_tensor(
         data,
@@ -157,11 +157,11 @@ def old_pass(worker, batch, temperature: float, store: bool = True, **flags):
         compute_loss=False,
         temperature=temperature,
         troll_store_old_topk=store,
-        **({"calculate_old_topk": cfg.topk} if seam and store else {}),
+        **({"calculate_old_topk": cfg.topk} if seam else {}),
         **flags,
     )
     output = worker.compute_log_prob(data)
-    if seam and store:  # verl's trainer cuts its stored top-K to the response rows
+    if seam:  # verl's trainer cuts its stored top-K to the response rows
         mask = batch["response_mask"]
         stored = tu.get_tensordict({key: response_from_nested(output[key], mask) for key in OLD_TOPK_KEYS})
         derived = troll_old_fields(stored, cfg)
