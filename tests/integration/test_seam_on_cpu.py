@@ -41,8 +41,8 @@ PROMPTS, RESPONSE = (3, 5, 2), 4  # equal response lengths: the direct computati
 
 def _actor_config(**troll):
     return FSDPActorConfig(
-        strategy="fsdp2", rollout_n=1, ppo_micro_batch_size_per_gpu=1, policy_loss=TrollPolicyLossConfig(**troll),
-        calculate_old_topk=K,
+        strategy="fsdp2", rollout_n=1, ppo_micro_batch_size_per_gpu=1, calculate_old_topk=K,
+        policy_loss=TrollPolicyLossConfig(**troll),
     )  # fmt: skip
 
 
