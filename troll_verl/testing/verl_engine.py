@@ -142,6 +142,7 @@ def old_pass(worker, batch, temperature: float, store: bool = True, **flags):
     seam, as verl's trainer issues it (``calculate_old_topk``), with TROLL's old top-K derived from verl's stored one
     (``troll_old_*`` response-aligned, as TROLL's own pass stores it)."""
     from verl.utils import tensordict_utils as tu
+    from verl.utils.config import omega_conf_to_dataclass
     from verl.workers.utils.padding import response_from_nested
 
     from troll_verl.core.layout import OLD_FIELDS, OLD_TOPK_KEYS
@@ -149,7 +150,7 @@ def old_pass(worker, batch, temperature: float, store: bool = True, **flags):
     from troll_verl.integration.seam import seam_available
 
     seam = seam_available() and store
-    cfg = worker.config.actor.policy_loss.troll if seam else None
+    cfg = omega_conf_to_dataclass(worker.config.actor.policy_loss).troll if seam else None
     data = batch.clone()
     tu.assign_non_tensor(
         data,
