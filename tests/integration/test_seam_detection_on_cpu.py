@@ -108,5 +108,6 @@ def test_a_partial_seam_is_no_seam_and_the_plugin_takes_its_own_route(monkeypatc
         assert fn is plugin.troll_policy_loss_seam and isinstance(registered_spec, SpecB)
         assert registered_spec.logits_fn is plugin.troll_logits_hook
         assert registered_spec.logits_output_keys == TROLL_SPEC_FIELDS["logits_output_keys"]
+        assert registered_spec.provides_log_probs is TROLL_SPEC_FIELDS["provides_log_probs"]
     else:
         assert fn is plugin.troll_policy_loss_stock and registered_spec is None

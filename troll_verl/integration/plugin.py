@@ -214,11 +214,18 @@ def troll_logits_hook(logits, data, config, data_format="thd"):
 
 
 def troll_policy_loss_spec(core_algos):
-    """TROLL's ``PolicyLossSpec`` on a verl with the seam (:data:`troll_verl.core.losses.TROLL_SPEC_FIELDS`), its hook
-    behind the forwarder that checks the actor config carries TROLL's settings."""
-    from troll_verl.core.losses import TROLL_SPEC_FIELDS
+    """TROLL's ``PolicyLossSpec`` on a verl with the seam (the fields of
+    :data:`troll_verl.core.losses.TROLL_SPEC_FIELDS`), its hook behind the forwarder that checks the actor config
+    carries TROLL's settings.
 
-    return core_algos.PolicyLossSpec(**{**TROLL_SPEC_FIELDS, "logits_fn": troll_logits_hook})
+    NOTE: built from :mod:`troll_verl.core.terms`, not :mod:`troll_verl.core.losses`: this runs when verl's
+    ``core_algos`` is first imported, which may be from inside ``troll_verl.core.losses``'s own import.
+    """
+    from troll_verl.core.terms import TROLL_LOGITS_OUTPUT_KEYS
+
+    return core_algos.PolicyLossSpec(
+        logits_fn=troll_logits_hook, logits_output_keys=TROLL_LOGITS_OUTPUT_KEYS, provides_log_probs=True
+    )
 
 
 def _register_policy_loss(core_algos) -> None:
