@@ -162,7 +162,7 @@ def old_pass(worker, batch, temperature: float, store: bool = True, **flags):
         **flags,
     )
     output = worker.compute_log_prob(data)
-    if seam:  # verl's trainer cuts its stored top-K to the response rows
+    if seam and output is not None:  # None on a rank that returns no output; verl cuts the top-K to the responses
         mask = batch["response_mask"]
         stored = tu.get_tensordict({key: response_from_nested(output[key], mask) for key in OLD_TOPK_KEYS})
         derived = troll_old_fields(stored, cfg)
