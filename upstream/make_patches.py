@@ -187,7 +187,6 @@ _SOLVER = [  # projection.py: Newton only (the bisection solver was a baseline)
     sub(r"(return grad\.reshape\(new\.shape\)), None, None, None, None, None, None, None$", r"\1" + ", None" * 6),
 ]
 _OLD_ESTIMATE = [  # sparse.py: the paper's floor for union tokens the old pass did not store
-    sub(r'^    "check_old_estimate",\n', ""),
     sub(r"^from \.options import check_old_estimate\n", ""),
     sub(
         r"probability \(default\n  1e-12, ``old_estimate=\"floor\"``\) or an estimate from what the old pass did store "
@@ -240,7 +239,6 @@ EDITS = {
         keep("statistics is _FULL_VOCABULARY and use_kernels(logits, topk)", "none"),
         keep("statistics is _FULL_VOCABULARY and use_kernels(logits, topk, old.ids.shape[-1])", "none"),
         sub(r"^from \.kernels import use_kernels\n", ""),
-        sub(r"^    # shared with backends that build the support in kernels of their own \(kernels/\)\n", ""),
         *_OLD_ESTIMATE,
     ],
     "troll_verl/core/old_side.py": _OLD_SIDE,

@@ -18,6 +18,7 @@ import math
 import pytest
 import torch
 
+from troll_verl.core.host import SYNC_FREE_ENV
 from troll_verl.core.projection import project
 from troll_verl.core.sparse import (
     OldTopK,
@@ -125,16 +126,18 @@ def test_sparse_path_equals_dense_path_when_topk_covers_vocab():
     z, z_old, sampled, old, old_sampled = _setup(N=N, V=V, K=V, delta=1e-14, scale=1.0, seed=3)
     z.requires_grad_(True)
     sup = troll_sparse_from_logits(z, sampled, old, old_sampled, topk=V, mass_delta=1e-14)
-    assert sup.mask[:, :-1].all() and sup.ids.shape[1] == V  # ids are sorted, so ids == arange(V)
-    assert (sup.ids == torch.arange(V)).all()
+    # ids sorted, padding last: the first V entries are the vocabulary; the rest is padding (trimmed where the core
+    # reads values back, the fixed width K_old + K + 1 where it is sync-free), then the tail
+    assert sup.mask[:, :V].all() and not sup.mask[:, V:-1].any()
+    assert (sup.ids[:, :V] == torch.arange(V)).all()
     eps = 0.02
     sparse = project(sup.new_logprobs, sup.old_logprobs, eps, mask=sup.mask)
     dense = project(torch.log_softmax(z, -1), torch.log_softmax(z_old, -1), eps)
     assert dense.projected.any()
-    torch.testing.assert_close(sparse.logprobs[:, :-1], dense.logprobs, atol=1e-9, rtol=0)
+    torch.testing.assert_close(sparse.logprobs[:, :V], dense.logprobs, atol=1e-9, rtol=0)
     torch.testing.assert_close(sparse.eta, dense.eta, atol=1e-9, rtol=1e-6)
     v = torch.randn(N, V, dtype=torch.float64)
-    (g_sparse,) = torch.autograd.grad((sparse.logprobs[:, :-1] * v).sum(), z)
+    (g_sparse,) = torch.autograd.grad((sparse.logprobs[:, :V] * v).sum(), z)
     (g_dense,) = torch.autograd.grad((dense.logprobs * v).sum(), z)
     torch.testing.assert_close(g_sparse, g_dense, atol=1e-9, rtol=0)
 
@@ -221,6 +224,13 @@ def test_row_subset_equals_sliced_logits(dtype):
     got = old_topk_from_logits(z_old, topk=5, mass_delta=1e-3, rows=rows)
     for x, y in zip(got, ref, strict=True):
         assert torch.equal(x, y)
+
+
+@pytest.mark.host_only
+def test_rows_outside_the_logits_are_refused_where_the_core_reads_values(monkeypatch):
+    """On the CPU the range of ``rows`` is checked (a read back); sync-free, indexing's own error or device assert."""
+    monkeypatch.delenv(SYNC_FREE_ENV, raising=False)
+    z_old = torch.randn(12, 30, dtype=torch.float64)
     with pytest.raises(ValueError, match="rows"):
         old_topk_from_logits(z_old, rows=torch.tensor([0, 99]))
 

@@ -16,6 +16,7 @@ the tests, on the CPU under Triton's interpreter, tiny sizes) with verl and the 
 made unimportable, the report it leaves, the wrapper's refusal on a machine without CUDA."""
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -95,3 +96,59 @@ def test_the_wrapper_refuses_a_machine_without_cuda():
     proc = subprocess.run(["bash", "scripts/bench_kernels.sh"], cwd=ROOT, capture_output=True, text=True, timeout=120,
                           env={**os.environ, "PYTHON": sys.executable})  # fmt: skip
     assert proc.returncode == 2 and "no CUDA GPU" in proc.stderr and "--smoke" in proc.stderr
+
+
+def _cut_row(delta):
+    """Logits of one row whose second entry sits at the mass rule's cut: the mass before it is 1 − δ − 5e-7, inside
+    fp32's rounding window of the cut, then 3e-6 and a tail of 300 small entries."""
+    import torch
+
+    p = torch.full((302,), 0.0, dtype=torch.float64)
+    p[0], p[1] = 1 - delta - 5e-7, 3e-6
+    p[2:] = (1 - p[0] - p[1]) * torch.linspace(2, 1, 300, dtype=torch.float64) / torch.linspace(2, 1, 300).sum()
+    return p.log()
+
+
+def test_the_correctness_criteria_accept_the_cut_rounding_and_nothing_else():
+    """The GPU check's agreement rules (old top-K, support): a path that keeps one entry less where the cut lies
+    inside the rounding window agrees; a wrong log-prob, a count outside the window, a union differing by a token
+    that is not at the cut, or a wrong tail does not."""
+    import torch
+
+    from troll_verl.core.sparse import OldTopK, old_topk_from_logits, troll_sparse_from_logits
+
+    delta, k = 1e-5, 16
+    g = torch.Generator().manual_seed(0)
+    z = torch.cat([torch.randn(3, 302, generator=g, dtype=torch.float64) * 3, _cut_row(delta)[None]]).float()
+    window = bench.mass_rule_window(z, k, delta)
+    assert int(window["lo"][3]) == 1 and int(window["hi"][3]) >= 2  # row 3's cut is ambiguous in fp32
+    assert (window["lo"][:3] == window["hi"][:3]).all()  # the others' cut is not
+    ref = old_topk_from_logits(z, topk=k, mass_delta=delta)
+    assert bench.old_topk_agreement(ref, ref, window)["ok"]
+
+    def planted(row, fn):
+        ids, lps, tail = ref.ids.clone(), ref.logprobs.clone(), ref.tail_logprob.clone()
+        fn(row, ids, lps, tail)
+        return OldTopK(ids, lps, tail)
+
+    def drop_last(row, ids, lps, tail):
+        last = int((ids[row] >= 0).sum()) - 1
+        ids[row, last], lps[row, last] = -1, math.log(1e-12)
+
+    assert int((ref.ids[3] >= 0).sum()) == 2
+    assert bench.old_topk_agreement(planted(3, drop_last), ref, window)["ok"]  # the cut's rounding: agrees
+    assert not bench.old_topk_agreement(planted(0, drop_last), ref, window)["ok"]  # a cut outside the window
+    assert not bench.old_topk_agreement(planted(1, lambda r, i, lp, t: lp[r].__setitem__(0, lp[r, 0] + 1e-3)),
+                                        ref, window)["ok"]  # fmt: skip
+    assert not bench.old_topk_agreement(planted(2, lambda r, i, lp, t: t.__setitem__(r, t[r] + 0.1)), ref, window)["ok"]
+
+    sampled = torch.tensor([0, 1, 2, 0])
+    old_lp = torch.log_softmax(z, -1).gather(1, sampled[:, None])[:, 0]
+    sup = troll_sparse_from_logits(z, sampled, ref, old_lp, topk=k, mass_delta=delta)
+    assert bench.support_agreement(sup, sup, window)["ok"]
+    ids = sup.ids.clone()
+    ids[0, 0] = ids[0, 0] + 1 if int(ids[0, 0]) + 1 not in ids[0].tolist() else 301  # a token nowhere near the cut
+    assert not bench.support_agreement(sup._replace(ids=ids), sup, window)["ok"]
+    new = sup.new_logprobs.clone()
+    new[2, -1] += 0.1
+    assert not bench.support_agreement(sup._replace(new_logprobs=new), sup, window)["ok"]

@@ -16,7 +16,7 @@
 The old-log-prob pass stores the old policy's top-K and the mass outside it; verl stores the sampled token's old
 log-prob. A union token that only the current policy brought in has no stored old value: :func:`old_side_estimate`
 gives it one (the paper's floor, or an estimate bounded by what was stored) and takes its mass out of the old tail
-bucket. Called by :func:`troll_verl.core.sparse.assemble_support` for every backend.
+bucket. Called by :func:`troll_verl.core.support.assemble_support` for every backend.
 """
 
 from __future__ import annotations

@@ -77,10 +77,6 @@ __all__ = [
     "check_support_args",
     "MIN_CHUNKS",
     "MAX_CHUNK_BYTES",
-    # shared with backends that build the support in kernels of their own (kernels/)
-    "assemble_support",
-    "check_sparse_inputs",
-    "check_old_estimate",
 ]
 
 # Auto chunk size (_chunk_rows): this many chunks per call, and one fp32 (rows, V) temporary at most this large.
