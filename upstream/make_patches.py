@@ -310,28 +310,12 @@ EDITS = {
         drop("test_tail_bucket_gradient_pulls_leaked_mass_back"),
     ],
     "tests/integration/test_seam_on_cpu.py": [
-        # the hook runs with TrollConfig.mass_delta, a constant upstream; the logits-processor keyword is verl's
+        # the hook runs with TrollConfig.mass_delta, a constant upstream
         sub(r"^VOCAB, K, DELTA = 50, 8, 1e-4$", "VOCAB, K, DELTA = 50, 8, TrollConfig.mass_delta"),
         sub(r"_actor_config\(topk=K, mass_delta=DELTA, kl_bound=0\.05\)", "_actor_config(topk=K, kl_bound=0.05)"),
-        sub(r"ppo_loss\(config, logits=", "ppo_loss(config, student_logits=", count=2),
-        sub(r"ppo_loss\(_actor_config\(\), logits=", "ppo_loss(_actor_config(), student_logits="),
-        # the final call of the old pass stores nothing: the worker cuts the hook's outputs to the response rows
-        sub(
-            r"the final call stores the old top-K response-aligned$", "the worker cuts its outputs to the response rows"
-        ),
-        sub(
-            r"^    model_output = \{k: _nest\(v\[0\], data\) for k, v in ppo_loss\(",
-            "    model_output = {k: _nest(v[0], data) for k, v in ppo_loss(",
-        ),
-        sub(
-            r"^        update\[key\] = model_output\[key\]\n",
-            '        update[key] = response_from_nested(model_output[key], data["response_mask"])\n',
-        ),
-        sub(
-            r"^(from verl\.workers\.config import .*\n)",
-            r"\1from verl.workers.utils.padding import response_from_nested\n",
-        ),
-        sub(r'^pytestmark = pytest\.mark\.skipif\(not hasattr\(core_algos, "PolicyLossSpec"\).*\n\n', ""),
+        # in verl's tree the seam is there: no plugin to ask
+        sub(r"^from troll_verl\.integration\.seam import seam_available\n", ""),
+        sub(r"^pytestmark = pytest\.mark\.skipif\(not seam_available\(\).*\n\n", ""),
     ],
     "tests/core/test_megatron_losses_on_cpu.py": [
         # the engine-facing TP/CP test needs the package's engine harness and plugin config: it stays there
@@ -693,6 +677,13 @@ def build_d(tree: Path) -> None:
     regenerate_configs(tree)
 
 
+def build_c(tree: Path) -> None:
+    """The old-log-prob pass's named top-K: ``prC``'s hand-written part and verl's regenerated yamls (C adds
+    ``actor.calculate_old_topk`` to ``actor.yaml``)."""
+    _hand_written(tree, "prC")
+    regenerate_configs(tree)
+
+
 def build_e(tree: Path) -> None:
     """TROLL's Megatron backend: the generated ``megatron/`` package and its test, and the strategy switch."""
     generated = _generate(tree, {"troll_verl/core/losses.py": "verl/trainer/troll/losses.py", **MODULES_E, **TESTS_E})
@@ -700,7 +691,7 @@ def build_e(tree: Path) -> None:
     _ruff(tree, generated)
 
 
-BUILDERS = {"prD": build_d, "prE": build_e}
+BUILDERS = {"prC": build_c, "prD": build_d, "prE": build_e}
 
 
 def build_series(tree: Path) -> None:

@@ -11,9 +11,9 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Seam detection (troll_verl.integration.seam) on fake verls: B alone (the update pass's hook without C's old-pass
-hook) is no seam, and the plugin registers loss ``troll`` on its own route there instead of building a spec verl
-cannot take; B and C together are the seam, and the plugin builds its spec."""
+"""Seam detection (troll_verl.integration.seam) on fake verls: the seam is B's update hook with its trainer-written
+switch and C's named old-pass output together; any part alone, or the first edition's shape, is no seam, and the plugin
+registers loss ``troll`` on its own route there instead of building a spec verl cannot take."""
 
 import dataclasses
 from collections.abc import Callable
@@ -21,16 +21,18 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+import verl.workers.config as verl_config
 from verl.trainer.ppo import core_algos
 
+from troll_verl.core.layout import OLD_TOPK_KEYS
 from troll_verl.core.losses import TROLL_SPEC_FIELDS
 from troll_verl.integration import plugin
-from troll_verl.integration.seam import SEAM_SPEC_FIELDS, seam_available
+from troll_verl.integration.seam import SEAM_SPEC_FIELDS, SEAM_SWITCH, seam_available
 
 
 @dataclasses.dataclass(frozen=True)
 class SpecB:
-    """``PolicyLossSpec`` as upstream B alone adds it."""
+    """``PolicyLossSpec`` as upstream B adds it."""
 
     logits_fn: Callable | None = None
     logits_output_keys: tuple = ()
@@ -38,11 +40,37 @@ class SpecB:
 
 
 @dataclasses.dataclass(frozen=True)
-class SpecBC(SpecB):
-    """``PolicyLossSpec`` with C's old-pass hook too."""
+class SpecFirstEdition(SpecB):
+    """``PolicyLossSpec`` of the kit's first shape, with an old-pass hook named by the loss."""
 
     old_pass_fn: Callable | None = None
     old_pass_keys: tuple = ()
+
+
+@dataclasses.dataclass
+class ActorConfigC:
+    """``ActorConfig`` with C's key."""
+
+    calculate_old_topk: int = 0
+
+
+@dataclasses.dataclass
+class ActorConfigReleased:
+    calculate_sum_pi_squared: bool = False
+
+
+B = {"PolicyLossSpec": SpecB, "POLICY_LOSS_LOGITS": SEAM_SWITCH}
+C = {"OLD_TOPK_KEYS": OLD_TOPK_KEYS}
+VERLS = {  # name: (core_algos attributes, ActorConfig, seam)
+    "released": ({}, ActorConfigReleased, False),
+    "B alone": (B, ActorConfigReleased, False),
+    "C alone": (C, ActorConfigC, False),
+    "C without its config key": ({**B, **C}, ActorConfigReleased, False),
+    "B without its switch": ({"PolicyLossSpec": SpecB, **C}, ActorConfigC, False),
+    "C under other names": ({**B, "OLD_TOPK_KEYS": ("topk_ids", "topk_lp", "tail")}, ActorConfigC, False),
+    "first edition": ({"PolicyLossSpec": SpecFirstEdition}, ActorConfigReleased, False),
+    "B and C": ({**B, **C}, ActorConfigC, True),
+}
 
 
 def _fake_core_algos(spec):
@@ -59,22 +87,27 @@ def _fake_core_algos(spec):
 
 
 def test_the_plugins_spec_sets_exactly_the_seam_fields():
-    assert set(TROLL_SPEC_FIELDS) | {"logits_fn"} == set(SEAM_SPEC_FIELDS)
+    assert set(TROLL_SPEC_FIELDS) == set(SEAM_SPEC_FIELDS)
 
 
-@pytest.mark.parametrize("spec, seam", [(None, False), (SpecB, False), (SpecBC, True)])
-def test_a_partial_seam_is_no_seam_and_the_plugin_takes_its_own_route(monkeypatch, spec, seam):
-    if spec is None:
-        monkeypatch.delattr(core_algos, "PolicyLossSpec", raising=False)
-    else:
-        monkeypatch.setattr(core_algos, "PolicyLossSpec", spec, raising=False)
+@pytest.mark.parametrize("name", VERLS)
+def test_a_partial_seam_is_no_seam_and_the_plugin_takes_its_own_route(monkeypatch, name):
+    attributes, actor_config, seam = VERLS[name]
+    for attribute in ("PolicyLossSpec", "POLICY_LOSS_LOGITS", "OLD_TOPK_KEYS"):
+        if attribute in attributes:
+            monkeypatch.setattr(core_algos, attribute, attributes[attribute], raising=False)
+        else:
+            monkeypatch.delattr(core_algos, attribute, raising=False)
+    monkeypatch.setattr(verl_config, "ActorConfig", actor_config)
     assert seam_available() is seam
-    fake, registered = _fake_core_algos(spec)
+    fake, registered = _fake_core_algos(attributes.get("PolicyLossSpec"))
     monkeypatch.setattr(plugin, "registered_policy_loss", lambda name: None)
-    plugin._register_policy_loss(fake)  # on B alone this built SpecB(old_pass_fn=...): TypeError
+    plugin._register_policy_loss(fake)  # the first edition's C on a B-only verl raised TypeError here
     fn, registered_spec = registered[plugin.POLICY_LOSS_NAME]
     if seam:
-        assert fn is plugin.troll_policy_loss_seam and isinstance(registered_spec, SpecBC)
-        assert registered_spec.old_pass_keys == TROLL_SPEC_FIELDS["old_pass_keys"]
+        assert fn is plugin.troll_policy_loss_seam and isinstance(registered_spec, SpecB)
+        assert registered_spec.logits_fn is plugin.troll_logits_hook
+        assert registered_spec.logits_output_keys == TROLL_SPEC_FIELDS["logits_output_keys"]
+        assert registered_spec.provides_log_probs is TROLL_SPEC_FIELDS["provides_log_probs"]
     else:
         assert fn is plugin.troll_policy_loss_stock and registered_spec is None

@@ -11,12 +11,12 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Loss "troll" through verl's own ``ppo_loss`` and its policy-loss logits hooks (``PolicyLossSpec``).
+"""Loss "troll" through verl's own ``ppo_loss`` and its policy-loss logits hook (``PolicyLossSpec``).
 
-The passes as an engine runs them, on random logits: the old-log-prob pass's hook and final call (the old top-K
-stored response-aligned), then the update's hook and final call. Loss, gradient and metrics must equal TROLL's loss
-computed directly from the same logits. Runs only where verl has the seam (upstream B and C); ``upstream/check.sh``
-runs it there.
+The passes as verl runs them, on random logits: the old-log-prob pass stores verl's plain top-K response-aligned
+(``actor.calculate_old_topk``), then the update's hook and final call. Loss, gradient and metrics must equal TROLL's
+loss computed directly from the same logits and stored top-K. Runs only where verl has the seam (upstream B and C);
+``upstream/check.sh`` runs it there.
 """
 
 import pytest
@@ -28,10 +28,12 @@ from verl.utils.metric import AggregationType, Metric
 from verl.workers.config import FSDPActorConfig
 
 from troll_verl.config import TrollPolicyLossConfig
+from troll_verl.core.layout import OLD_TOPK_KEYS
 from troll_verl.core.losses import compute_policy_loss_troll
-from troll_verl.core.sparse import old_topk_from_logits, troll_sparse_from_logits
+from troll_verl.core.sparse import old_topk_from_pass, troll_sparse_from_logits
+from troll_verl.integration.seam import seam_available
 
-pytestmark = pytest.mark.skipif(not hasattr(core_algos, "PolicyLossSpec"), reason="verl without the logits seam")
+pytestmark = pytest.mark.skipif(not seam_available(), reason="verl without the logits seam")
 
 VOCAB, K, DELTA = 50, 8, 1e-4
 PROMPTS, RESPONSE = (3, 5, 2), 4  # equal response lengths: the direct computation reshapes to (bsz, T)
@@ -39,14 +41,9 @@ PROMPTS, RESPONSE = (3, 5, 2), 4  # equal response lengths: the direct computati
 
 def _actor_config(**troll):
     return FSDPActorConfig(
-        strategy="fsdp2", rollout_n=1, ppo_micro_batch_size_per_gpu=1, policy_loss=TrollPolicyLossConfig(**troll)
-    )
-
-
-def _ppo_loss():
-    from verl.workers.utils.losses import POLICY_LOSS_OLD_PASS, ppo_loss
-
-    return ppo_loss, POLICY_LOSS_OLD_PASS
+        strategy="fsdp2", rollout_n=1, ppo_micro_batch_size_per_gpu=1, calculate_old_topk=K,
+        policy_loss=TrollPolicyLossConfig(**troll),
+    )  # fmt: skip
 
 
 def _batch(seed=0):
@@ -75,8 +72,14 @@ def _nest(rows, data):
     return torch.nested.nested_tensor_from_jagged(rows, data["input_ids"].offsets())
 
 
+def _per_response(values):
+    return torch.nested.as_nested_tensor(list(values.split(RESPONSE)), layout=torch.jagged)
+
+
 def test_troll_through_ppo_loss_equals_the_direct_loss():
-    ppo_loss, old_pass_flag = _ppo_loss()
+    from verl.utils.torch_functional import calculate_topk_and_tail_from_logits
+    from verl.workers.utils.losses import ppo_loss
+
     config = _actor_config(topk=K, mass_delta=DELTA, kl_bound=0.05)
     assert core_algos.get_policy_loss_spec("troll").needs_logits
     data = _batch()
@@ -88,26 +91,22 @@ def test_troll_through_ppo_loss_equals_the_direct_loss():
     sampled = data["input_ids"].values()[rows + 1]
     old_sampled = F.log_softmax(z_old, -1)[rows, sampled]
 
-    # old-log-prob pass: the hook, then the final call stores the old top-K response-aligned
-    old = data.clone()
-    tu.assign_non_tensor(old, **{old_pass_flag: True})
-    model_output = {k: _nest(v[0], data) for k, v in ppo_loss(config, logits=z_old[None], data=old).items()}
-    loss, metrics = ppo_loss(config, model_output=model_output, data=old)
-    assert float(loss) == 0.0 and metrics == {}
+    # old-log-prob pass: verl's engine computes the plain top-K, its trainer stores it response-aligned
+    stored = calculate_topk_and_tail_from_logits(z_old[rows], config.calculate_old_topk)
 
     # update pass: the hook computes TROLL's terms, the final call is verl's ppo_loss
     update = data.clone()
-    for key in ("troll_old_ids", "troll_old_logprobs", "troll_old_tail"):
-        update[key] = model_output[key]
-    update["old_log_probs"] = torch.nested.as_nested_tensor(list(old_sampled.split(RESPONSE)), layout=torch.jagged)
-    hook = ppo_loss(config, logits=z[None], data=update)
+    for key, value in zip(OLD_TOPK_KEYS, stored, strict=True):
+        update[key] = _per_response(value)
+    update["old_log_probs"] = _per_response(old_sampled)
+    hook = ppo_loss(config, student_logits=z[None], data=update)
+    assert set(OLD_TOPK_KEYS) <= set(update.keys()) and "troll_old_ids" not in update.keys()  # data left alone
     loss, metrics = ppo_loss(config, model_output={k: _nest(v[0], data) for k, v in hook.items()}, data=update)
     loss.backward()
 
     # the direct computation from the same logits
     z_ref = z.detach().clone().requires_grad_(True)
-    old_topk = old_topk_from_logits(z_old, topk=K, mass_delta=DELTA, rows=rows)
-    old_topk = old_topk._replace(tail_logprob=old_topk.tail_logprob.float())  # stored in fp32, like the log-probs
+    old_topk = old_topk_from_pass(*stored, topk=K, mass_delta=DELTA)
     # the hooks read the sampled token's old log-prob in fp32, as verl stores old_log_probs
     support = troll_sparse_from_logits(
         z_ref, sampled, old_topk, old_sampled.float(), topk=K, mass_delta=DELTA, rows=rows
@@ -133,9 +132,10 @@ def test_troll_through_ppo_loss_equals_the_direct_loss():
 
 
 def test_update_without_the_old_pass_names_it():
-    ppo_loss, _ = _ppo_loss()
+    from verl.workers.utils.losses import ppo_loss
+
     data = _batch()
     n_rows = int(data["input_ids"].offsets()[-1])
     data["old_log_probs"] = torch.nested.as_nested_tensor([torch.zeros(RESPONSE)] * len(PROMPTS), layout=torch.jagged)
-    with pytest.raises(ValueError, match="old-log-prob pass"):
-        ppo_loss(_actor_config(), logits=torch.zeros(1, n_rows, VOCAB), data=data)
+    with pytest.raises(ValueError, match="old-log-prob pass.*calculate_old_topk"):
+        ppo_loss(_actor_config(), student_logits=torch.zeros(1, n_rows, VOCAB), data=data)

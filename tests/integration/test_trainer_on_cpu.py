@@ -82,6 +82,26 @@ def test_the_legacy_trainer_runs_troll_but_not_its_bypass_mode():
         assert validate_troll_config(config).kl_bound == 0.05
 
 
+@pytest.mark.parametrize("stored, refused", [(8, True), (63, True), (0, False), (64, False), (100, False)])
+def test_an_old_pass_that_stores_fewer_tokens_than_topk_is_refused_on_the_seam(monkeypatch, stored, refused):
+    """With the seam (upstream/ PR C), verl's old-log-prob pass stores actor.calculate_old_topk tokens and TROLL reads
+    them: fewer than policy_loss.troll.topk (64) is refused naming the key; 0 means TROLL's trainer sets it to topk.
+    Stock verl has no such key: the same config passes there."""
+    import troll_verl.integration.seam as seam
+
+    config = compose_config("/nonexistent", f"++actor_rollout_ref.actor.calculate_old_topk={stored}")
+    monkeypatch.setattr(seam, "seam_available", lambda: True)
+    if refused:
+        with pytest.raises(ValueError, match=rf"calculate_old_topk={stored} stores fewer than "
+                                             r"policy_loss\.troll\.topk=64\. Set actor_rollout_ref\.actor\."
+                                             r"calculate_old_topk=64"):  # fmt: skip
+            validate_troll_config(config)
+    else:
+        assert validate_troll_config(config).topk == 64
+    monkeypatch.setattr(seam, "seam_available", lambda: False)
+    assert validate_troll_config(config).topk == 64
+
+
 @pytest.mark.parametrize(
     "mode, match",
     [

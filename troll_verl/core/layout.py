@@ -23,10 +23,14 @@ from __future__ import annotations
 import torch
 from tensordict import TensorDict
 
-__all__ = ["OLD_FIELDS", "response_lengths", "response_values", "response_rows"]
+__all__ = ["OLD_FIELDS", "OLD_TOPK_KEYS", "response_lengths", "response_values", "response_rows"]
 
 # Response-aligned fields written by the old-log-prob pass: ids (R, K) int32, logprobs (R, K), tail (R,) fp32.
 OLD_FIELDS = ("troll_old_ids", "troll_old_logprobs", "troll_old_tail")
+# verl's named old-pass output where it has one (actor.calculate_old_topk = K; upstream/ PR C): the plain top-K ids
+# (R, K) int32, their log-probs (R, K) and the log tail mass (R,), response-aligned as OLD_FIELDS; TROLL's update
+# hook derives OLD_FIELDS from them (troll_verl.core.losses.troll_old_fields).
+OLD_TOPK_KEYS = ("old_topk_ids", "old_topk_log_probs", "old_tail_log_prob")
 
 
 def response_lengths(data: TensorDict) -> torch.Tensor:

@@ -24,6 +24,7 @@ hooks inside the engine's forward pass (verl's policy-loss logits hook, ``Policy
 
     old-log-prob pass (forward only)
       logits ─ troll_old_pass_fn ─→ old top-K ids, log-probs, tail per row ─→ stored response-aligned (OLD_FIELDS)
+             (where verl stores its own top-K, OLD_TOPK_KEYS, troll_old_fields derives OLD_FIELDS in the update)
     update pass
       logits ─ troll_logits_fn ─→ union support ─→ projection ─→ per-token terms per row (TROLL_LOGITS_OUTPUT_KEYS)
              ─→ verl: SP/CP gather, nest, pad ─→ compute_policy_loss_troll ─→ verl's ppo_loss: entropy, KL to ref
@@ -42,8 +43,8 @@ from verl.trainer.ppo.core_algos import agg_loss
 from verl.utils import torch_functional as verl_F
 from verl.utils.metric import AggregationType, Metric
 
-from .layout import OLD_FIELDS
-from .sparse import SparseSupport
+from .layout import OLD_FIELDS, OLD_TOPK_KEYS
+from .sparse import SparseSupport, old_topk_from_pass
 from .terms import TROLL_LOGITS_OUTPUT_KEYS, TrollTokenTerms, troll_token_terms
 
 __all__ = [
@@ -53,6 +54,7 @@ __all__ = [
     "compute_policy_loss_troll",
     "troll_logits_fn",
     "troll_old_pass_fn",
+    "troll_old_fields",
     "troll_backend",
     "TrollBackend",
     "BACKENDS",
@@ -217,18 +219,55 @@ def troll_old_pass_fn(
     return troll_backend(config.strategy).compute_troll_old_topk(logits, data, config.policy_loss.troll, data_format)
 
 
+def troll_old_fields(data: TensorDict, cfg: Any) -> TensorDict:
+    """The update's micro-batch with TROLL's old top-K (:data:`~troll_verl.core.layout.OLD_FIELDS`) derived from the
+    plain top-K verl's old-log-prob pass stored (:data:`~troll_verl.core.layout.OLD_TOPK_KEYS`, with
+    ``actor.calculate_old_topk``), by TROLL's mass rule (:func:`~troll_verl.core.sparse.old_topk_from_pass`).
+
+    Args:
+        data: the micro-batch; the stored keys nested ``(bsz, j, ...)`` (v1 trainer) or padded ``(bsz, T, ...)``
+            (legacy trainer).
+        cfg: TROLL settings (``topk``, ``mass_delta``, ``floor``, ``value_dtype``).
+
+    Returns:
+        A shallow copy of ``data`` with the three OLD_FIELDS added, laid out as the stored keys (``data`` itself is
+        not changed); ``data`` as is where it already carries OLD_FIELDS (TROLL's own old pass stored them).
+
+    Raises:
+        ValueError: where the old-log-prob pass stored no top-K, naming the setting.
+    """
+    if all(key in data.keys() for key in OLD_FIELDS):
+        return data
+    missing = [key for key in OLD_TOPK_KEYS if key not in data.keys()]
+    if missing:
+        raise ValueError(
+            f"TROLL's update pass needs {missing} from verl's old-log-prob pass: set "
+            f"actor_rollout_ref.actor.calculate_old_topk={cfg.topk} (rollout_correction.bypass_mode skips that pass "
+            "and is not supported)."
+        )
+    stored = [data[key] for key in OLD_TOPK_KEYS]
+    nested = stored[0].is_nested
+    old = old_topk_from_pass(
+        *(t.values() if nested else t for t in stored), topk=cfg.topk, mass_delta=cfg.mass_delta, floor=cfg.floor,
+        value_dtype=cfg.value_dtype,
+    )  # fmt: skip
+    out = data.copy()
+    for key, value in zip(OLD_FIELDS, old, strict=True):
+        out[key] = torch.nested.nested_tensor_from_jagged(value, stored[0].offsets()) if nested else value
+    return out
+
+
 def _nbytes(tensor: torch.Tensor) -> int:
     return (tensor.values() if tensor.is_nested else tensor).numel() * tensor.element_size()
 
 
-# What loss "troll" asks of verl's engine: the fields of verl's ``core_algos.PolicyLossSpec`` (hooks on the logits of
-# the old-log-prob and update passes, the outputs they hand on, and its own log-probs in place of the engine's).
+# What loss "troll" asks of verl's engine: the fields of verl's ``core_algos.PolicyLossSpec`` (the update pass's hook
+# on the logits, the outputs it hands on, and its own log-probs in place of the engine's). The old top-K comes from
+# verl's named old-pass output (OLD_TOPK_KEYS, actor.calculate_old_topk), mapped by troll_old_fields.
 TROLL_SPEC_FIELDS = dict(
     logits_fn=troll_logits_fn,
     logits_output_keys=TROLL_LOGITS_OUTPUT_KEYS,
     provides_log_probs=True,
-    old_pass_fn=troll_old_pass_fn,
-    old_pass_keys=OLD_FIELDS,
 )
 
 

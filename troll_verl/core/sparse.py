@@ -71,6 +71,7 @@ __all__ = [
     "SparseSupport",
     "ChunkStatistics",
     "old_topk_from_logits",
+    "old_topk_from_pass",
     "troll_sparse_from_logits",
     "mass_rule_mask",
     "check_support_args",
@@ -399,6 +400,43 @@ def old_topk_from_logits(
         ids[r0:r1] = torch.where(keep, topi, -1).int()
         lps[r0:r1] = torch.where(keep, lp, log_floor).to(value_dtype)
     return OldTopK(ids, lps, tail.clamp_min(log_floor))
+
+
+def old_topk_from_pass(
+    ids: torch.Tensor,
+    logprobs: torch.Tensor,
+    tail_logprob: torch.Tensor,
+    topk: int = 64,
+    mass_delta: float = 1e-5,
+    floor: float = 1e-12,
+    value_dtype: torch.dtype = torch.float32,
+) -> OldTopK:
+    """TROLL's old top-K (the mass rule, TROLL §5) from a plain top-K the old-log-prob pass stored.
+
+    Args:
+        ids: ``(..., K')`` int vocabulary ids sorted by probability (verl's ``old_topk_ids``); the first
+            ``min(topk, K')`` columns are used.
+        logprobs: ``(..., K')`` their log-probs (``old_topk_log_probs``).
+        tail_logprob: ``(...)`` log of the mass outside the K' ids, summed from the logits (``old_tail_log_prob``).
+        topk, mass_delta, floor, value_dtype: as :func:`old_topk_from_logits`.
+
+    Returns:
+        :class:`OldTopK` as :func:`old_topk_from_logits` returns for the same logits: the first ``topk`` columns,
+        ``-1`` / ``floor`` past the mass rule; the mass of every column not kept joins the tail.
+
+    NOTE: the tail is ``log(tail' + Σ dropped)`` of the stored fp32 values, where :func:`old_topk_from_logits` sums
+    it from the logits: equal up to fp32 rounding, not bit for bit.
+    """
+    k = min(topk, ids.shape[-1])  # the pass stores min(K', V) columns; the trainer checks K' >= topk
+    lp = logprobs.float()
+    keep = torch.zeros_like(lp, dtype=torch.bool)
+    keep[..., :k] = mass_rule_mask(lp[..., :k], mass_delta)
+    dropped = torch.logsumexp(torch.where(keep, float("-inf"), lp), dim=-1)
+    tail = torch.logaddexp(tail_logprob.float(), dropped)
+    log_floor = math.log(floor)
+    ids_kept = torch.where(keep, ids.int(), -1)[..., :k]
+    lps_kept = torch.where(keep, lp, log_floor)[..., :k].to(value_dtype)
+    return OldTopK(ids_kept, lps_kept, tail.clamp_min(log_floor))
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -160,6 +160,15 @@ def validate_troll_config(config) -> TrollPolicyLossConfig:
             "TROLL uses verl's top-K logits hook, which distillation also uses. Set distillation.enabled=false."
         )
     settings = troll_settings(SimpleNamespace(policy_loss=omega_conf_to_dataclass(actor.policy_loss)))
+    # 0 (unset): TROLL's trainer sets it to topk (troll_verl.integration.trainer)
+    old_topk = OmegaConf.select(config, "actor_rollout_ref.actor.calculate_old_topk", default=0) or 0
+    if seam_available() and 0 < old_topk < settings.topk:
+        raise ValueError(
+            f"On a verl with the policy-loss logits seam TROLL reads the old policy's top-K that verl's old-log-prob "
+            f"pass stores, and actor_rollout_ref.actor.calculate_old_topk={old_topk} stores fewer than "
+            f"policy_loss.troll.topk={settings.topk}. Set actor_rollout_ref.actor.calculate_old_topk={settings.topk} "
+            "(or leave it 0: TROLL's trainer then sets it to topk)."
+        )
     if settings.ratio_level == "sequence" and actor.loss_agg_mode != "seq-mean-token-mean":
         logger.warning(
             "TROLL with ratio_level=sequence (GSPO) is usually run with actor_rollout_ref.actor.loss_agg_mode="

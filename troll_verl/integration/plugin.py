@@ -49,8 +49,9 @@ here.
 **Two routes, chosen once, at registration.** Where verl has the policy-loss logits seam
 (``core_algos.PolicyLossSpec``: upstream B and C, see ``upstream/``;
 :func:`troll_verl.integration.seam.seam_available`), loss ``troll`` is :func:`troll_policy_loss_seam`, registered with
-its hooks (:func:`troll_verl.core.losses.troll_logits_fn`, :func:`troll_verl.core.losses.troll_old_pass_fn`), and
-verl's engines, workers, trainers and ``ppo_loss`` run TROLL unchanged. On verl 0.9 as released it is
+its update hook (:func:`troll_verl.core.losses.troll_logits_fn` on the old top-K that verl's old-log-prob pass
+stores with ``actor.calculate_old_topk``, :func:`troll_verl.core.losses.troll_old_fields`), and verl's engines,
+workers, trainers and ``ppo_loss`` run TROLL unchanged. On verl 0.9 as released it is
 :func:`troll_policy_loss_stock`, and TROLL's worker and trainer route the passes through verl's distillation logits
 hook instead (:mod:`troll_verl.integration.loss_fn`).
 """
@@ -203,26 +204,28 @@ def troll_policy_loss_stock(
 
 
 def troll_logits_hook(logits, data, config, data_format="thd"):
-    """The seam's update-pass hook for ``troll``: :func:`troll_verl.core.losses.troll_logits_fn` (a lazy forwarder)."""
-    from troll_verl.core.losses import troll_logits_fn
+    """The seam's update-pass hook for ``troll`` (a lazy forwarder): :func:`troll_verl.core.losses.troll_logits_fn` on
+    the micro-batch with TROLL's old top-K derived from verl's named old-pass output
+    (:func:`troll_verl.core.losses.troll_old_fields`)."""
+    from troll_verl.core.losses import troll_logits_fn, troll_old_fields
 
-    return troll_logits_fn(logits, data, _troll_config(config), data_format)
-
-
-def troll_old_pass_hook(logits, data, config, data_format="thd"):
-    """The seam's old-log-prob-pass hook for ``troll``: :func:`troll_verl.core.losses.troll_old_pass_fn` (lazy)."""
-    from troll_verl.core.losses import troll_old_pass_fn
-
-    return troll_old_pass_fn(logits, data, _troll_config(config), data_format)
+    config = _troll_config(config)
+    return troll_logits_fn(logits, troll_old_fields(data, config.policy_loss.troll), config, data_format)
 
 
 def troll_policy_loss_spec(core_algos):
-    """TROLL's ``PolicyLossSpec`` on a verl with the seam (:data:`troll_verl.core.losses.TROLL_SPEC_FIELDS`), its hooks
-    behind the forwarders that check the actor config carries TROLL's settings."""
-    from troll_verl.core.losses import TROLL_SPEC_FIELDS
+    """TROLL's ``PolicyLossSpec`` on a verl with the seam (the fields of
+    :data:`troll_verl.core.losses.TROLL_SPEC_FIELDS`), its hook behind the forwarder that checks the actor config
+    carries TROLL's settings.
 
-    fields = {**TROLL_SPEC_FIELDS, "logits_fn": troll_logits_hook, "old_pass_fn": troll_old_pass_hook}
-    return core_algos.PolicyLossSpec(**fields)
+    NOTE: built from :mod:`troll_verl.core.terms`, not :mod:`troll_verl.core.losses`: this runs when verl's
+    ``core_algos`` is first imported, which may be from inside ``troll_verl.core.losses``'s own import.
+    """
+    from troll_verl.core.terms import TROLL_LOGITS_OUTPUT_KEYS
+
+    return core_algos.PolicyLossSpec(
+        logits_fn=troll_logits_hook, logits_output_keys=TROLL_LOGITS_OUTPUT_KEYS, provides_log_probs=True
+    )
 
 
 def _register_policy_loss(core_algos) -> None:

@@ -13,29 +13,46 @@
 # limitations under the License.
 """Whether the installed verl has the policy-loss logits seam (upstream B and C, ``upstream/``).
 
-A policy loss registered with a ``core_algos.PolicyLossSpec`` gets the engine's logits in its own hooks and its
-outputs carried through the passes by verl itself. Where the seam exists, troll-verl registers TROLL that way
-(:mod:`troll_verl.integration.plugin`) and its worker and trainer leave the passes to verl; on verl 0.9 as released
-they route them through verl's distillation logits hook (:mod:`troll_verl.integration.loss_fn`). The plugin asks once,
-when it registers the loss. The seam is present only when both hooks are: a verl with B but not C takes the stock
+B: a policy loss registered with a ``core_algos.PolicyLossSpec`` gets the update's logits in its hook, switched on
+by the trainer (``core_algos.POLICY_LOSS_LOGITS``). C: ``actor.calculate_old_topk = K`` makes the old-log-prob pass
+store the old policy's top-K under fixed keys (``core_algos.OLD_TOPK_KEYS``), which the trainers carry to the update.
+Where the seam exists, troll-verl registers TROLL that way (:mod:`troll_verl.integration.plugin`) and its worker and
+trainer leave the passes to verl; on verl 0.9 as released they route them through verl's distillation logits hook
+(:mod:`troll_verl.integration.loss_fn`). The plugin asks once, when it registers the loss. The seam is present only
+when every field and hook TROLL uses is: a verl with B but not C (or an earlier shape of either) takes the stock
 route.
 """
 
 import dataclasses
 
-__all__ = ["seam_available", "SEAM_SPEC_FIELDS"]
+__all__ = ["seam_available", "SEAM_SPEC_FIELDS", "SEAM_SWITCH"]
 
-# every field of verl's PolicyLossSpec that TROLL's spec sets: B's update-pass hook and C's old-pass hook
-SEAM_SPEC_FIELDS = ("logits_fn", "logits_output_keys", "provides_log_probs", "old_pass_fn", "old_pass_keys")
+# every field of verl's PolicyLossSpec that TROLL's spec sets (B)
+SEAM_SPEC_FIELDS = ("logits_fn", "logits_output_keys", "provides_log_probs")
+# the update's switch verl's trainers write for a loss with a logits hook (B: core_algos.POLICY_LOSS_LOGITS)
+SEAM_SWITCH = "policy_loss_logits"
 
 
 def seam_available() -> bool:
-    """True when ``verl.trainer.ppo.core_algos.PolicyLossSpec`` has every field TROLL's spec sets
-    (:data:`SEAM_SPEC_FIELDS`: upstream B and C). A partial seam (B without C) counts as none, so the plugin keeps its
+    """True when verl has every part of the seam TROLL uses: ``core_algos.PolicyLossSpec`` with
+    :data:`SEAM_SPEC_FIELDS` and the trainer-written switch :data:`SEAM_SWITCH` (upstream B), and the named old-pass
+    output: ``ActorConfig.calculate_old_topk`` and ``core_algos.OLD_TOPK_KEYS`` equal to
+    :data:`~troll_verl.core.layout.OLD_TOPK_KEYS` (upstream C). A partial seam counts as none, so the plugin keeps its
     own route there instead of building a spec verl cannot take."""
     from verl.trainer.ppo import core_algos
+    from verl.workers.config import ActorConfig
+
+    from troll_verl.core.layout import OLD_TOPK_KEYS
 
     spec = getattr(core_algos, "PolicyLossSpec", None)
     if spec is None or not dataclasses.is_dataclass(spec):
         return False
-    return set(SEAM_SPEC_FIELDS) <= {field.name for field in dataclasses.fields(spec)}
+    if not set(SEAM_SPEC_FIELDS) <= {field.name for field in dataclasses.fields(spec)}:
+        return False
+    if getattr(core_algos, "POLICY_LOSS_LOGITS", None) != SEAM_SWITCH:
+        return False
+    if tuple(getattr(core_algos, "OLD_TOPK_KEYS", ())) != OLD_TOPK_KEYS:
+        return False
+    return dataclasses.is_dataclass(ActorConfig) and "calculate_old_topk" in {
+        field.name for field in dataclasses.fields(ActorConfig)
+    }

@@ -99,6 +99,10 @@ class TrollTrainerMixin:
         self.troll_settings = validate_troll_config(config) if self.uses_troll else None
         if self.uses_troll:
             use_troll_policy_loss_config(config)
+        if self.uses_troll and seam_available() and not config.actor_rollout_ref.actor.get("calculate_old_topk", 0):
+            # verl's old-log-prob pass stores the old top-K that TROLL's update hook reads (upstream C)
+            with open_dict(config):
+                config.actor_rollout_ref.actor.calculate_old_topk = self.troll_settings.topk
         # bypass mode: the old distribution is the vLLM rollout's top-K and no old-log-prob pass runs (bypass.py)
         self.troll_bypass = self.uses_troll and bypass_requested(config)
         self.troll_rollout_topk = prepare_bypass(config, self.troll_settings) if self.troll_bypass else None

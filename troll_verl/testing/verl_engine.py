@@ -138,9 +138,19 @@ def make_batch(vocab: int, prompt_lens, response_lens, seed: int = 0):
 
 
 def old_pass(worker, batch, temperature: float, store: bool = True, **flags):
-    """The old-log-prob pass as TROLL's trainer issues it (``store=False``: a reference-style pass)."""
+    """The old-log-prob pass as TROLL's trainer issues it (``store=False``: a reference-style pass). On a verl with the
+    seam, as verl's trainer issues it (``calculate_old_topk``), with TROLL's old top-K derived from verl's stored one
+    (``troll_old_*`` response-aligned, as TROLL's own pass stores it)."""
     from verl.utils import tensordict_utils as tu
+    from verl.utils.config import omega_conf_to_dataclass
+    from verl.workers.utils.padding import response_from_nested
 
+    from troll_verl.core.layout import OLD_FIELDS, OLD_TOPK_KEYS
+    from troll_verl.core.losses import troll_old_fields
+    from troll_verl.integration.seam import seam_available
+
+    seam = seam_available() and store
+    cfg = omega_conf_to_dataclass(worker.config.actor.policy_loss).troll if seam else None
     data = batch.clone()
     tu.assign_non_tensor(
         data,
@@ -148,10 +158,17 @@ def old_pass(worker, batch, temperature: float, store: bool = True, **flags):
         compute_loss=False,
         temperature=temperature,
         troll_store_old_topk=store,
-        policy_loss_old_pass=store,
+        **({"calculate_old_topk": cfg.topk} if seam else {}),
         **flags,
     )
-    return worker.compute_log_prob(data)
+    output = worker.compute_log_prob(data)
+    if seam and output is not None:  # None on a rank that returns no output; verl cuts the top-K to the responses
+        mask = batch["response_mask"]
+        stored = tu.get_tensordict({key: response_from_nested(output[key], mask) for key in OLD_TOPK_KEYS})
+        derived = troll_old_fields(stored, cfg)
+        for key in OLD_FIELDS:
+            output[key] = derived[key]
+    return output
 
 
 def update_batch(batch, old_output, advantages: torch.Tensor, temperature: float, mini_batch_size: int, troll=True):
@@ -159,6 +176,8 @@ def update_batch(batch, old_output, advantages: torch.Tensor, temperature: float
     as TROLL's trainer tags it; False: as verl's own, for a clip baseline)."""
     from verl.utils import tensordict_utils as tu
     from verl.workers.utils.padding import response_from_nested
+
+    from troll_verl.integration.seam import seam_available
 
     data = batch.clone()
     data["old_log_probs"] = response_from_nested(old_output["log_probs"], batch["response_mask"])
@@ -179,5 +198,6 @@ def update_batch(batch, old_output, advantages: torch.Tensor, temperature: float
         seed=0,
         dataloader_kwargs={"shuffle": False},
         troll_update=troll,
+        **({"policy_loss_logits": True} if troll and seam_available() else {}),
     )
     return data

@@ -11,35 +11,43 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""A policy loss with a hook on the logits, in the actor worker and the FSDP engine (stubs, no model).
+"""A policy loss with a hook on the logits, in the trainers, the actor worker and the FSDP engine (stubs, no model).
 
-The worker switches the engine's logits processor on for the update (the switch top-K distillation uses) and
-refuses, when the actor is built, the setups whose engine would never call the hook. The FSDP engine nests the
-hook's per-row outputs per sequence, trailing dims included. ``logprobs_from_logits`` is replaced by a recorder
-(the flash-attn kernel it may dispatch to does not run on CPU tensors).
+The trainers write the update's switch, ``policy_loss_logits``, for a loss with a hook only; the worker refuses,
+when the actor is built, the setups whose engine would never call the hook. The FSDP engine then calls the loss as
+its logits processor, as for top-K distillation, and nests the hook's per-row outputs per sequence, trailing dims
+included. ``logprobs_from_logits`` is replaced by a recorder (the flash-attn kernel it may dispatch to does not run
+on CPU tensors).
 """
 
 import os
 
 os.environ.setdefault("KMP_DUPLICATE_LIB_OK", "TRUE")
 
+from types import SimpleNamespace
 from unittest.mock import patch
 
 import pytest
 import torch
 import torch.nn.functional as F
+from omegaconf import OmegaConf
 from tensordict import TensorDict
 
-from verl.trainer.ppo.core_algos import DEFAULT_POLICY_LOSS_SPEC, PolicyLossSpec
+from verl import DataProto
+from verl.trainer.ppo import core_algos
+from verl.trainer.ppo.core_algos import POLICY_LOSS_LOGITS, PolicyLossSpec, register_policy_loss
+from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from verl.utils import tensordict_utils as tu
 from verl.utils.dataset.dataset_utils import DatasetPadMode
 from verl.workers.config import FSDPActorConfig, FSDPEngineConfig, PolicyLossConfig
 from verl.workers.engine.fsdp.transformer_impl import FSDPEngineWithLMHead
-from verl.workers.engine_workers import ActorRolloutRefWorker, _check_policy_loss_logits_supported
+from verl.workers.engine_workers import _check_policy_loss_logits_supported
 
 VOCAB, K, TEMPERATURE = 9, 3, 0.7
 SEQ_LENS = [4, 2, 3]
-FLAGS = ("distillation_use_topk", "distillation_only")
+TOY = "toy_logits_hook"
+FLAGS = (POLICY_LOSS_LOGITS, "distillation_use_topk", "distillation_only")
 
 
 def _hook(logits, data, config=None, data_format="thd"):
@@ -49,41 +57,81 @@ def _hook(logits, data, config=None, data_format="thd"):
 SPEC = PolicyLossSpec(logits_fn=_hook, logits_output_keys=("a",))
 
 
+@pytest.fixture
+def toy_loss():
+    """Register a loss with a hook for one test; restore the registry afterwards."""
+    losses, specs = dict(core_algos.POLICY_LOSS_REGISTRY), dict(core_algos.POLICY_LOSS_SPECS)
+    register_policy_loss(TOY, spec=SPEC)(lambda *args, **kwargs: None)
+    yield
+    core_algos.POLICY_LOSS_REGISTRY.clear()
+    core_algos.POLICY_LOSS_REGISTRY.update(losses)
+    core_algos.POLICY_LOSS_SPECS.clear()
+    core_algos.POLICY_LOSS_SPECS.update(specs)
+
+
 # ------------------------------------------------------------------------------------------------------------
-# the worker
+# the trainers write the switch
 # ------------------------------------------------------------------------------------------------------------
-class _Actor:
-    """Records the engine flags of what the worker hands its inner TrainingWorker."""
-
-    def __init__(self):
-        self.seen = []
-
-    def train_mini_batch(self, data):
-        self.seen.append({key: tu.get_non_tensor_data(data=data, key=key, default=None) for key in FLAGS})
-
-
-def _worker(spec):
-    worker = object.__new__(ActorRolloutRefWorker)
-    worker.enable_routing_replay = False
-    worker.policy_loss_spec = spec
-    worker.actor = _Actor()
-    return worker
+def _trainer_config(loss_mode):
+    actor = {
+        "policy_loss": {"loss_mode": loss_mode}, "calculate_entropy": False, "entropy_coeff": 0.0,
+        "ppo_mini_batch_size": 2, "ppo_epochs": 1, "data_loader_seed": 0, "shuffle": False,
+    }  # fmt: skip
+    rollout = {"n": 1, "temperature": 1.0, "multi_turn": {"enable": False}}
+    return OmegaConf.create({"actor_rollout_ref": {"actor": actor, "rollout": rollout}})
 
 
-def _data(**flags):
-    data = TensorDict({"input_ids": torch.zeros(2, 3, dtype=torch.long)}, batch_size=[2])
-    tu.assign_non_tensor(data, **flags)
-    return data
+def _flags(data):
+    return {key: tu.get_non_tensor_data(data, key=key, default=None) for key in FLAGS}
 
 
-def test_update_switches_the_logits_processor_on_only_for_a_loss_with_a_hook():
-    trainer_flags = {"distillation_use_topk": False, "distillation_only": False}  # as the trainers send them
-    built_in, hooked = _worker(DEFAULT_POLICY_LOSS_SPEC), _worker(SPEC)
-    built_in.update_actor(_data(**trainer_flags))
-    hooked.update_actor(_data(**trainer_flags))
-    hooked.update_actor(_data())
-    assert built_in.actor.seen == [trainer_flags]
-    assert hooked.actor.seen == [{"distillation_use_topk": True, "distillation_only": True}] * 2
+def _legacy_update_flags(loss_mode):
+    seen = []
+
+    def update_actor(batch_td):
+        seen.append(_flags(batch_td))
+        output = tu.get_tensordict({})
+        tu.assign_non_tensor(output, metrics={"mfu": 0.0})
+        return output
+
+    trainer = object.__new__(RayPPOTrainer)
+    trainer.config = _trainer_config(loss_mode)
+    trainer.actor_rollout_wg = SimpleNamespace(update_actor=update_actor)
+    attention_mask = torch.tensor([[1, 1, 1, 1, 1, 0, 0], [0, 1, 1, 1, 1, 1, 1]])
+    batch = DataProto.from_single_dict(
+        {
+            "input_ids": torch.arange(14).view(2, 7),
+            "attention_mask": attention_mask,
+            "position_ids": (attention_mask.cumsum(-1) - 1).clamp_min(0),
+            "prompts": torch.zeros(2, 3, dtype=torch.long),
+            "responses": torch.zeros(2, 4, dtype=torch.long),
+            "response_mask": attention_mask[:, 3:].clone(),
+        }
+    )
+    trainer._update_actor(batch)
+    return seen
+
+
+def _v1_update_flags(loss_mode):
+    seen = []
+    trainer = object.__new__(PPOTrainerSync)
+    trainer.config = _trainer_config(loss_mode)
+    trainer.actor_rollout_wg = SimpleNamespace(
+        update_actor=lambda batch: (
+            seen.append({key: batch.extra_info.get(key) for key in FLAGS}) or {"metrics": {"mfu": [0.0]}}
+        )
+    )
+    trainer._update_actor(SimpleNamespace(extra_info={}), {})
+    return seen
+
+
+@pytest.mark.parametrize("update_flags", [_legacy_update_flags, _v1_update_flags], ids=["legacy", "v1"])
+@pytest.mark.parametrize("loss_mode, switch", [(TOY, True), ("vanilla", None)])
+def test_trainers_write_the_switch_only_for_a_loss_with_a_hook(toy_loss, update_flags, loss_mode, switch):
+    # distillation keeps its own flags, off here; the switch is absent for a built-in loss
+    assert update_flags(loss_mode) == [
+        {POLICY_LOSS_LOGITS: switch, "distillation_use_topk": False, "distillation_only": False}
+    ]
 
 
 def _actor_config(**fsdp_config):
@@ -181,10 +229,14 @@ def _topk_processor(seen):
     return processor
 
 
+SWITCHES = [{POLICY_LOSS_LOGITS: True}, {"distillation_use_topk": True, "distillation_only": True}]
+
+
+@pytest.mark.parametrize("switch", SWITCHES, ids=["policy_loss_logits", "distillation"])
 @pytest.mark.parametrize("use_remove_padding", [True, False])
-def test_fsdp_nests_per_row_outputs_with_trailing_dims(use_remove_padding):
+def test_fsdp_nests_per_row_outputs_with_trailing_dims(use_remove_padding, switch):
     output, args, micro_batch, scaled, rolled, offsets = _inputs(use_remove_padding)
-    tu.assign_non_tensor(micro_batch, distillation_use_topk=True, distillation_only=True)
+    tu.assign_non_tensor(micro_batch, **switch)
     seen, calls = [], []
     with patch("verl.workers.engine.fsdp.transformer_impl.logprobs_from_logits", _recorder(calls)):
         out = _fsdp_stub().prepare_model_outputs(output, args, micro_batch, logits_processor_func=_topk_processor(seen))
@@ -210,7 +262,7 @@ def test_fsdp_without_the_switch_never_calls_the_processor(use_remove_padding):
 
 def test_fsdp_refuses_outputs_with_a_wrong_row_count():
     output, args, micro_batch, *_ = _inputs(True)
-    tu.assign_non_tensor(micro_batch, distillation_use_topk=True, distillation_only=True)
+    tu.assign_non_tensor(micro_batch, **{POLICY_LOSS_LOGITS: True})
     with pytest.raises(AssertionError, match="logits_rmpad len"):
         _fsdp_stub().prepare_model_outputs(
             output, args, micro_batch, logits_processor_func=lambda student_logits, data: {"x": student_logits[:, :-1]}

@@ -46,6 +46,8 @@ case "${LOSS_MODE}" in
             actor_rollout_ref.actor.policy_loss.loss_mode=troll
             "actor_rollout_ref.actor.policy_loss.troll.kl_bound=${TROLL_KL_BOUND}"
             "actor_rollout_ref.actor.policy_loss.troll.topk=${TROLL_TOPK}"
+            # the old-log-prob pass stores the old policy's top-K that TROLL reads
+            "actor_rollout_ref.actor.calculate_old_topk=${TROLL_TOPK}"
         )
         ;;
     vanilla)

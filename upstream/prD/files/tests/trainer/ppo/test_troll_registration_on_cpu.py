@@ -24,13 +24,13 @@ from verl.workers.config import PolicyLossConfig, TrollConfig
 
 
 def test_spec_names_the_outputs_of_trolls_hooks():
-    from verl.trainer.troll.layout import OLD_FIELDS
+    from verl.trainer.troll.layout import OLD_TOPK_KEYS
     from verl.trainer.troll.terms import TROLL_LOGITS_OUTPUT_KEYS
 
     spec = core_algos.get_policy_loss_spec("troll")
     assert spec.logits_output_keys == TROLL_LOGITS_OUTPUT_KEYS
-    assert spec.old_pass_keys == OLD_FIELDS
     assert spec.provides_log_probs and spec.needs_logits
+    assert OLD_TOPK_KEYS == core_algos.OLD_TOPK_KEYS  # the old top-K it reads is the old pass's named output
 
 
 def test_registering_imports_no_troll_module():
