@@ -315,15 +315,13 @@ def mass_rule_window(z: torch.Tensor, topk: int, mass_delta: float) -> dict:
     ``|lse|``, ~2e-6 at logits near 30) plus the cumulative sum's (K half-ulps of 1). Each path's cut is right if it
     lies between the cuts of the fp64 mass moved by ∓ that tolerance: ``lo`` and ``hi`` kept entries. Also the fp64
     top-K ids in order, ``(N, K)``."""
-    lsm = torch.log_softmax(z.double(), -1)
-    top = lsm.topk(topk, -1)
-    p = top.values.exp()
-    before = p.cumsum(-1) - p
+    top = torch.log_softmax(z.double(), -1).topk(topk, -1)
     lse = torch.logsumexp(z.float(), -1).abs()
-    tol = 2 * (torch.nextafter(lse, lse + 1) - lse).double() + topk * 2.0**-24
-    first = torch.arange(topk, device=z.device) == 0
-    lo = ((before + tol[:, None] < 1 - mass_delta) | first).sum(-1)
-    hi = ((before - tol[:, None] < 1 - mass_delta) | first).sum(-1)
+    tol = (2 * (torch.nextafter(lse, lse + 1) - lse).double() + topk * 2.0**-24)[:, None]
+    # the torch path's own rule on the fp64 log-probs, its δ moved by the tolerance per row (δ broadcasts)
+    mass_rule_mask = torch_path().sparse.mass_rule_mask
+    lo = mass_rule_mask(top.values, mass_delta + tol).sum(-1)
+    hi = mass_rule_mask(top.values, mass_delta - tol).sum(-1)
     return {"lo": lo, "hi": hi, "ids": top.indices, "tol_max": float(tol.max())}
 
 
