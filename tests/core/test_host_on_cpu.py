@@ -26,6 +26,8 @@ from troll_verl.core.losses import compute_policy_loss_troll
 from troll_verl.core.projection import project
 from troll_verl.core.sparse import old_topk_from_logits, troll_sparse_from_logits
 
+# each test chooses its path itself
+pytestmark = pytest.mark.own_host_mode
 B, T, V, K = 3, 5, 300, 16
 # what reads a tensor's value back to the host from Python
 _HOST_READS = ("item", "tolist", "__bool__", "__int__", "__float__", "__index__", "nonzero")
