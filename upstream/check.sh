@@ -102,7 +102,7 @@ if [ ! -x "$CHECK_VENV/bin/python" ] || [ "$SRC_VENV/.troll_installed" -nt "$CHE
     touch "$CHECK_VENV/.copied"
 fi
 PY="$CHECK_VENV/bin/python"
-MAIN_PY="$ROOT/$SRC_VENV/bin/python"
+MAIN_PY="$(cd "$SRC_VENV" && pwd)/bin/python"  # VENV_DIR relative to the repository or absolute
 if (cd / && "$PY" -c "import troll_verl" 2>/dev/null) || (cd / && "$PY" -c "import verl" 2>/dev/null); then
     record environment FAIL "troll_verl or an installed verl is still importable"
     exit 1
@@ -246,8 +246,9 @@ if want golden; then
         rm -rf "$BASE_TREE"
         git -C "$TREE" worktree prune
         git -C "$TREE" worktree add -q --detach "$BASE_TREE" "$BASE"
-        if PYTHONPATH="$BASE_TREE" "$MAIN_PY" upstream/golden.py run "$WORK/golden-released.pt" \
-            && PYTHONPATH="$SEAM_TREE" "$MAIN_PY" upstream/golden.py run "$WORK/golden-seam.pt" \
+        # this checkout's troll_verl, not whichever the venv has installed (a second worktree's)
+        if PYTHONPATH="$BASE_TREE:$ROOT" "$MAIN_PY" upstream/golden.py run "$WORK/golden-released.pt" \
+            && PYTHONPATH="$SEAM_TREE:$ROOT" "$MAIN_PY" upstream/golden.py run "$WORK/golden-seam.pt" \
             && "$MAIN_PY" upstream/golden.py compare "$WORK/golden-released.pt" "$WORK/golden-seam.pt"; then
             record "bit for bit" PASS "$("$MAIN_PY" upstream/golden.py compare "$WORK/golden-released.pt" "$WORK/golden-seam.pt" | tail -1 | sed 's/^\[golden\] //')"
         else
