@@ -17,10 +17,13 @@ every row through the solver, no read-back but the metrics). The second is how a
 on the CPU, a test or a code path that only holds where values are read back.
 
 Not doubled: the kernels (they read nothing back), tests marked ``slow`` (their processes would not see the
-variable), and tests marked ``own_host_mode``, which set the variable themselves.
+variable), tests marked ``own_host_mode``, which set the variable themselves, and every test where the core runs on
+an accelerator (``TROLL_TEST_DEVICE=cuda``: there both would be the sync-free path).
 """
 
 from __future__ import annotations
+
+import os
 
 import pytest
 
@@ -31,6 +34,8 @@ HOST_MODES = ("host-reads", "sync-free")
 
 def pytest_generate_tests(metafunc):
     if "host_mode" not in metafunc.fixturenames or "kernels" in metafunc.definition.path.parts:
+        return
+    if os.environ.get("TROLL_TEST_DEVICE", "cpu") != "cpu":
         return
     if metafunc.definition.get_closest_marker("slow") or metafunc.definition.get_closest_marker("own_host_mode"):
         return
