@@ -72,6 +72,7 @@ import json
 import math
 import os
 import random
+import re
 import statistics
 import subprocess
 import sys
@@ -811,6 +812,26 @@ def study_report(results: dict) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
+STUDY_BLOCK = re.compile(r"(<!-- report: [^\n]*--study[^\n]* -->\n)(.*?)(<!-- end report -->)", flags=re.S)
+
+
+def write_study_docs(path: str, report: str) -> int:
+    """Rewrite, in the Markdown file ``path``, every block between ``<!-- report: <a --study command> -->`` and
+    ``<!-- end report -->`` with ``report`` (what that command prints); returns the number of blocks rewritten.
+    tests/tools/test_benchmarks_on_cpu.py checks that the committed blocks are what the command prints today."""
+    with open(path) as f:
+        text = f.read()
+    new, count = STUDY_BLOCK.subn(lambda m: m.group(1) + "\n" + report + "\n" + m.group(3), text)
+    if count == 0:
+        raise SystemExit(f"--docs {path}: no '<!-- report: ... --study ... -->' ... '<!-- end report -->' block; add "
+                         "one whose marker names the --study command, where the tables belong")  # fmt: skip
+    if new != text:
+        with open(path + ".tmp", "w") as f:
+            f.write(new)
+        os.replace(path + ".tmp", path)
+    return count
+
+
 def plot_curves(results_dir: str, variants: list[str], seeds: list[int], path: str, title: str) -> str:
     """Train reward (trailing 3-step mean) against step, from the raw results: per variant one panel, a thin line per
     seed and the mean over seeds thick, TROLL and clip."""
@@ -952,17 +973,26 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="run nothing: print the powered study's tables (and --plot) from --results-dir",
     )
+    parser.add_argument("--docs", default=None,
+                        help="with --study: also write the tables into this Markdown file, replacing its block "
+                             "between '<!-- report: <the --study command> -->' and '<!-- end report -->'")  # fmt: skip
     parser.add_argument("--plot", default=None, help="write the reward curves here (PNG)")
     return parser
 
 
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.docs and not args.study:
+        parser.error("--docs writes the powered study's tables: add --study")
 
     model = cpu_model(args.model, args.task_hi)
     results_dir = args.results_dir or os.path.join(args.out_dir, "raw")
     if args.study:
-        print(study_report(collect_study(results_dir)))
+        tables = study_report(collect_study(results_dir))
+        print(tables)
+        if args.docs:
+            print(f"docs: {write_study_docs(args.docs, tables)} block(s) of {args.docs} rewritten")
         if args.plot:
             print("plot: " + plot_study(results_dir, args.plot))
         return 0

@@ -301,9 +301,18 @@ def test_the_study_report_regenerates_from_raw_results(tmp_path, capsys, monkeyp
     for seed in (5, 6):  # stage 4 has 2 of its 3 pairs
         for loss in ("troll", "clip"):
             bl.save_raw(str(tmp_path), f"lr1e-4/{loss}/seed{seed}", _stress_rows([0.1 * seed] * 10), {})
-    png = tmp_path / "study.png"
-    assert bl.main(["--study", "--results-dir", str(tmp_path), "--plot", str(png)]) == 0
+    png, docs = tmp_path / "study.png", tmp_path / "page.md"
+    marker = f"<!-- report: .venv/bin/python scripts/bench_learning.py --study --results-dir {tmp_path} -->"
+    docs.write_text(f"# page\n\n{marker}\nstale\n<!-- end report -->\n\nafter\n")
+    assert bl.main(["--study", "--results-dir", str(tmp_path), "--plot", str(png), "--docs", str(docs)]) == 0
     out = capsys.readouterr().out
+    page = docs.read_text()
+    assert (
+        "stale" not in page
+        and page.startswith(f"# page\n\n{marker}\n")
+        and page.endswith("<!-- end report -->\n\nafter\n")
+    )
+    assert out.split("\ndocs: 1 block(s)")[0].strip() in page and "| TROLL − clip | 3 |" in page
     assert "runs finished: TROLL 3/3, clip 3/3" in out
     (pair,) = [line for line in out.splitlines() if line.startswith("| TROLL − clip | 3 | +0.145, +0.135, +0.125")]
     assert "| 0.2500 |" in pair and "| 1/3 |" in pair  # sign-flip p = 2/8; step-1 rewards equal in seed 0 only
@@ -312,3 +321,8 @@ def test_the_study_report_regenerates_from_raw_results(tmp_path, capsys, monkeyp
     late = out[out.index("**Stage 4") :]
     assert "runs finished: TROLL 2/3, clip 2/3" in late and "Not summarised" in late and "| TROLL −" not in late
     assert png.exists()
+    docs.write_text("no block here\n")  # --docs names the block it needs
+    with pytest.raises(SystemExit, match="no '<!-- report: ... --study"):
+        bl.main(["--study", "--results-dir", str(tmp_path), "--docs", str(docs)])
+    with pytest.raises(SystemExit):  # --docs without --study: argparse's error
+        bl.main(["--results-dir", str(tmp_path), "--docs", str(docs)])

@@ -88,22 +88,28 @@ def test_bench_learning_arms_compose_and_the_report_regenerates(tmp_path):
     assert "| lr1e-4 | troll | 1 |" in out and "| lr1e-4 | clip | 1 |" in out
 
 
-def test_the_stress_maps_tables_in_the_docs_are_the_committed_results():
-    """docs/benchmarks.md's stress-map tables sit between markers naming the command that prints them; the command on
-    the committed raw results prints every one of those table rows, so no number there can drift from the runs."""
+def test_the_tables_in_the_docs_are_the_committed_results():
+    """docs/benchmarks.md's learning tables sit between markers naming the command that prints them, run on the
+    committed raw results: the stress map's command prints every table row of its block, and the powered study's
+    block (``--study``) is exactly what its command prints, so no number there can drift from the runs."""
     import re
     import shlex
 
     text = open(os.path.join(ROOT, "docs", "benchmarks.md")).read()
     blocks = re.findall(r"<!-- report: (.+?) -->\n(.*?)<!-- end report -->", text, flags=re.S)
-    assert blocks, "no <!-- report: ... --> block in docs/benchmarks.md"
+    assert {"--report-only", "--study"} <= {arg for command, _ in blocks for arg in shlex.split(command)}, blocks
     for command, block in blocks:
         argv = shlex.split(command)
-        assert argv[:2] == [".venv/bin/python", "scripts/bench_learning.py"] and "--report-only" in argv, command
-        printed = set(_run(*argv[1:]).splitlines())
+        assert argv[:2] == [".venv/bin/python", "scripts/bench_learning.py"], command
+        printed = _run(*argv[1:])
+        if "--study" in argv:
+            assert block.strip() == printed.strip(), f"{command} prints something else: run it with --docs"
+            assert "**Stage 1:" in block
+            continue
+        assert "--report-only" in argv, command
         rows = [line for line in block.splitlines() if line.startswith("|")]
         assert len(rows) >= 6, block
-        missing = [row for row in rows if row not in printed]
+        missing = [row for row in rows if row not in set(printed.splitlines())]
         assert not missing, f"{command} no longer prints: {missing[:3]}"
 
 
