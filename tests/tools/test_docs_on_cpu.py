@@ -428,3 +428,17 @@ def test_every_link_image_and_anchor_resolves(page):
             elif anchor not in _anchors(resolved):
                 problems.append(f"{target}: no heading of {resolved.name} has that anchor")
     assert not problems, f"{_page_id(page)}: {problems}"
+
+
+def test_the_module_table_names_every_module():
+    """docs/design.md's module table names every module of the package, itself or by its folder (a row whose path
+    ends in ``/``), so a new module cannot go undocumented."""
+    text = _text(ROOT / "docs" / "design.md")
+    table = text[text.index("Module by module:") : text.index("## Extending")]
+    named = [path for line in table.splitlines() if line.startswith("| `")
+             for path in re.findall(r"`([^`]+)`", line.split("|")[1])]  # fmt: skip
+    modules = sorted(str(path.relative_to(ROOT)) for path in (ROOT / "troll_verl").rglob("*.py")
+                     if path.name != "__init__.py")  # fmt: skip
+    assert len(modules) > 50, modules
+    missing = [m for m in modules if not any(m == p or (p.endswith("/") and m.startswith(p)) for p in named)]
+    assert not missing, f"docs/design.md's module table does not name: {missing}"
