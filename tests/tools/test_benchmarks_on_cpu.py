@@ -109,7 +109,8 @@ def test_the_tables_in_the_docs_are_the_committed_results():
         assert "--report-only" in argv, command
         rows = [line for line in block.splitlines() if line.startswith("|")]
         assert len(rows) >= 6, block
-        missing = [row for row in rows if row not in set(printed.splitlines())]
+        printed_lines = set(printed.splitlines())
+        missing = [row for row in rows if row not in printed_lines]
         assert not missing, f"{command} no longer prints: {missing[:3]}"
 
 
