@@ -633,10 +633,25 @@ EFFECT = 0.1  # the difference the study is powered for, and the half-width of "
 class Stage:
     """One stage of the powered study: its variant, losses, seeds, steps and paired comparisons (a, b: a − b)."""
 
-    def __init__(self, name, title, variant, losses, seeds, steps, comparisons, primary, test_freq):
+    def __init__(
+        self,
+        name,
+        title,
+        variant,
+        losses,
+        seeds,
+        steps,
+        comparisons,
+        primary,
+        test_freq,
+        setting="under the paper's schedule",
+        confirms=None,
+    ):
         self.name, self.title, self.variant, self.losses = name, title, variant, losses
         self.seeds, self.steps, self.comparisons, self.primary = list(seeds), steps, comparisons, primary
-        self.test_freq = test_freq
+        # setting: where a reading says an arm learned faster; confirms: the earlier signal that an interval in
+        # TROLL's favour confirms and any other result withdraws (stage 4)
+        self.test_freq, self.setting, self.confirms = test_freq, setting, confirms
 
     def key(self, loss: str, seed: int) -> str:
         return f"{self.variant}/{loss}/seed{seed}"
@@ -650,7 +665,8 @@ STUDY = [
     Stage("3", "GSPO as the paper ran it (sequence ratio clipped at 0.2)", "paper8_gspo", ("troll", "clip"),
           range(5), 30, [("troll", "clip")], "collapses", 10),
     Stage("4", "the stress map's lr1e-4, fresh seeds", "lr1e-4", ("troll", "clip"), range(5, 19), 10,
-          [("troll", "clip")], "reward_mean", 4),
+          [("troll", "clip")], "reward_mean", 4, setting="at lr 1e-4",
+          confirms="the stress map's lr 1e-4 signal (TROLL ahead in whole-run mean reward)"),
 ]  # fmt: skip
 STUDY_LABEL = {"troll": "TROLL", "clip": "clip", "dppo": "DPPO-KL"}
 
@@ -712,11 +728,13 @@ def adjusted_difference(diffs: list[float], covariate: list[float]) -> tuple[flo
     return intercept, intercept - half, intercept + half
 
 
-def reading(lo: float, hi: float, mean: float, a: str, b: str, power: float) -> str:
+def reading(
+    lo: float, hi: float, mean: float, a: str, b: str, power: float, setting: str = "under the paper's schedule"
+) -> str:
     """The plan's reading rule for a paired interval of ``a`` − ``b``."""
     if lo > 0 or hi < 0:
         winner = a if lo > 0 else b
-        return f"{STUDY_LABEL[winner]} learned faster under the paper's schedule ({mean:+.3f} [{lo:+.3f}, {hi:+.3f}])"
+        return f"{STUDY_LABEL[winner]} learned faster {setting} ({mean:+.3f} [{lo:+.3f}, {hi:+.3f}])"
     if -EFFECT < lo and hi < EFFECT:
         return f"no difference larger than {EFFECT} at this scale ({mean:+.3f} [{lo:+.3f}, {hi:+.3f}])"
     return (f"inconclusive at this scale ({mean:+.3f} [{lo:+.3f}, {hi:+.3f}]; power {power:.0%} to detect "
@@ -798,8 +816,13 @@ def study_report(results: dict) -> str:
                 + f" | {mean:+.3f} | [{lo:+.3f}, {hi:+.3f}] | {sign_flip_p(diffs):.4f} | {sd:.3f} | {power:.0%} | "
                 f"{f_mean:+.3f} [{f_lo:+.3f}, {f_hi:+.3f}] | {e_mean:+.3f} [{e_lo:+.3f}, {e_hi:+.3f}] | "
                 f"{adj:+.3f} [{adj_lo:+.3f}, {adj_hi:+.3f}] | {same_step1}/{len(diffs)} | "
-                f"{reading(lo, hi, mean, a, b, power)} |"
+                f"{reading(lo, hi, mean, a, b, power, stage.setting)} |"
             )  # fmt: skip
+            if stage.confirms:
+                verdict = "confirmed" if a == "troll" and lo > 0 else "withdrawn"
+                lines += ["", f"Primary outcome of this stage: {stage.confirms} {verdict} ({STUDY_LABEL[a]} − "
+                          f"{STUDY_LABEL[b]} {mean:+.3f} [{lo:+.3f}, {hi:+.3f}]; the plan: an interval that excludes "
+                          "0 in TROLL's favour confirms it, any other result withdraws it)."]  # fmt: skip
             if stage.primary == "collapses":
                 ca = sum(x["collapsed"] or x["collapsed_peak"] for x in ra)
                 cb = sum(y["collapsed"] or y["collapsed_peak"] for y in rb)

@@ -326,3 +326,27 @@ def test_the_study_report_regenerates_from_raw_results(tmp_path, capsys, monkeyp
         bl.main(["--study", "--results-dir", str(tmp_path), "--docs", str(docs)])
     with pytest.raises(SystemExit):  # --docs without --study: argparse's error
         bl.main(["--results-dir", str(tmp_path), "--docs", str(docs)])
+
+
+def test_stage_4_confirms_the_maps_signal_only_when_the_interval_favours_troll(tmp_path, monkeypatch):
+    """Stage 4's rule: an interval that excludes 0 in TROLL's favour confirms the map's lr 1e-4 signal, any other
+    result (clip ahead, or an interval across 0) withdraws it; its reading names lr 1e-4, not the paper's schedule."""
+    stage = bl.STUDY[3]
+    assert stage.variant == "lr1e-4" and stage.confirms and stage.seeds == list(range(5, 19))
+    small = bl.Stage("4", "late", "lr1e-4", ("troll", "clip"), range(5, 8), 10, [("troll", "clip")], "reward_mean", 4,
+                     setting=stage.setting, confirms=stage.confirms)  # fmt: skip
+    monkeypatch.setattr(bl, "STUDY", [small])
+
+    def report(gaps):
+        for seed, gap in zip(range(5, 8), gaps, strict=True):
+            bl.save_raw(str(tmp_path), f"lr1e-4/troll/seed{seed}", _stress_rows([0.3 + gap] * 10), {})
+            bl.save_raw(str(tmp_path), f"lr1e-4/clip/seed{seed}", _stress_rows([0.3] * 10), {})
+        return bl.study_report(bl.collect_study(str(tmp_path)))
+
+    ahead = report([0.2, 0.21, 0.22])
+    assert "TROLL learned faster at lr 1e-4 (+0.210" in ahead
+    assert "(TROLL ahead in whole-run mean reward) confirmed" in ahead
+    behind = report([-0.2, -0.21, -0.22])
+    assert "clip learned faster at lr 1e-4" in behind and ") withdrawn (TROLL − clip -0.210" in behind
+    across = report([0.3, -0.2, 0.05])
+    assert "inconclusive at this scale" in across and ") withdrawn (" in across
