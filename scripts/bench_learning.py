@@ -628,10 +628,13 @@ def stress_report(results: dict, seeds: list[int], steps: int, variants: list[st
 # docs/benchmarks.md, "Powered study": the plan (arms, seeds, n, outcomes, statistics, reading rules) was committed
 # before the first run; these definitions apply it.
 EFFECT = 0.1  # the difference the study is powered for, and the half-width of "no difference larger than"
+PAPER_SCHEDULE = "under the paper's schedule"  # where stages 1-3 read an arm as learning faster
 
 
 class Stage:
-    """One stage of the powered study: its variant, losses, seeds, steps and paired comparisons (a, b: a − b)."""
+    """One stage of the powered study: its variant, losses, seeds, steps and paired comparisons (a, b: a − b).
+    ``setting`` says where a reading has an arm learn faster; ``confirms`` names the earlier signal that an interval in
+    TROLL's favour confirms and any other result withdraws (stage 4)."""
 
     def __init__(
         self,
@@ -644,13 +647,11 @@ class Stage:
         comparisons,
         primary,
         test_freq,
-        setting="under the paper's schedule",
+        setting=PAPER_SCHEDULE,
         confirms=None,
     ):
         self.name, self.title, self.variant, self.losses = name, title, variant, losses
         self.seeds, self.steps, self.comparisons, self.primary = list(seeds), steps, comparisons, primary
-        # setting: where a reading says an arm learned faster; confirms: the earlier signal that an interval in
-        # TROLL's favour confirms and any other result withdraws (stage 4)
         self.test_freq, self.setting, self.confirms = test_freq, setting, confirms
 
     def key(self, loss: str, seed: int) -> str:
@@ -728,9 +729,7 @@ def adjusted_difference(diffs: list[float], covariate: list[float]) -> tuple[flo
     return intercept, intercept - half, intercept + half
 
 
-def reading(
-    lo: float, hi: float, mean: float, a: str, b: str, power: float, setting: str = "under the paper's schedule"
-) -> str:
+def reading(lo: float, hi: float, mean: float, a: str, b: str, power: float, setting: str = PAPER_SCHEDULE) -> str:
     """The plan's reading rule for a paired interval of ``a`` − ``b``."""
     if lo > 0 or hi < 0:
         winner = a if lo > 0 else b
