@@ -899,31 +899,44 @@ def plot_curves(results_dir: str, variants: list[str], seeds: list[int], path: s
     return path
 
 
+def study_panels(results_dir: str) -> list[list[tuple[Stage, str]]]:
+    """The study plot's grid: a row per variant, a panel per arm, each arm in the first stage that has it (stage 2
+    reuses stage 1's TROLL and clip) and only once every run of that stage has finished (the plan: no interim look)."""
+
+    def complete(stage):
+        return all(load_raw(results_dir, stage.key(loss, seed))[0] for loss in stage.losses for seed in stage.seeds)
+
+    rows: dict[str, list[tuple[Stage, str]]] = {}
+    seen = set()
+    for stage in STUDY:
+        for loss in stage.losses:
+            if (stage.variant, loss) not in seen and complete(stage):
+                rows.setdefault(stage.variant, []).append((stage, loss))
+            seen.add((stage.variant, loss))
+    return list(rows.values())
+
+
 def plot_study(results_dir: str, path: str) -> str:
-    """Train reward against step, a panel per arm of the powered study: a faint line per seed, the mean bold."""
+    """Train reward against step, a panel per arm of the powered study (a row per variant, `study_panels`): a faint
+    line per seed, the mean bold."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    def complete(stage):  # the plan: no interim look, so a stage is drawn once all its runs have finished
-        return all(load_raw(results_dir, stage.key(loss, seed))[0] for loss in stage.losses for seed in stage.seeds)
-
-    arms, seen = [], set()
-    for stage in STUDY:  # an arm once, in the first stage that has it (stage 2 reuses stage 1's TROLL and clip)
-        for loss in stage.losses:
-            if (stage.variant, loss) not in seen and complete(stage):
-                arms.append((stage, loss))
-            seen.add((stage.variant, loss))
-    if not arms:
+    grid = study_panels(results_dir)
+    if not grid:
         return "no stage complete yet: nothing drawn"
-    columns = 4
-    fig, axes = plt.subplots(-(-len(arms) // columns), columns, figsize=(4.2 * columns, 3.2 * -(-len(arms) // columns)),
-                             squeeze=False, sharey=True)  # fmt: skip
-    for ax in axes.flat[len(arms) :]:
-        ax.set_visible(False)
+    columns = max(len(row) for row in grid)
+    fig, axes = plt.subplots(len(grid), columns, figsize=(4.2 * columns, 3.2 * len(grid)), squeeze=False,
+                             sharey=True)  # fmt: skip
+    panels = []
+    for row, ax_row in zip(grid, axes, strict=True):
+        panels += zip(ax_row, row, strict=False)
+        for ax in ax_row[len(row) :]:
+            ax.set_visible(False)
     colors = {"troll": "tab:blue", "clip": "tab:orange", "dppo": "tab:green"}
-    for ax, (stage, loss) in zip(axes.flat, arms, strict=False):
+    for ax, (stage, loss) in panels:
         curves = []
         for seed in stage.seeds:
             rows, _ = load_raw(results_dir, stage.key(loss, seed))
