@@ -764,6 +764,12 @@ def _cell(values: list[float], spec: str = ".3f") -> str:
     return f"{format(statistics.mean(values), spec)} ± {format(statistics.stdev(values), spec)}"
 
 
+def stage_complete(stage: Stage, results: dict) -> bool:
+    """Whether every planned run of ``stage`` is in ``results`` (``collect_study``'s): the plan fixes n and allows no
+    interim look, so neither the tables nor the plot show a stage before then."""
+    return all(stage.key(loss, seed) in results for loss in stage.losses for seed in stage.seeds)
+
+
 def study_report(results: dict) -> str:
     """The powered study's tables (docs/benchmarks.md, "Powered study"): per stage and arm the per-seed primary
     outcome and the secondary ones, then the paired comparisons with the reading the plan's rules give."""
@@ -773,8 +779,7 @@ def study_report(results: dict) -> str:
         finished = ", ".join(f"{STUDY_LABEL[loss]} {len(done[loss])}/{len(stage.seeds)}" for loss in stage.losses)
         lines += [f"**Stage {stage.name}: {stage.title}** ({stage.variant}, seeds {stage.seeds[0]}-{stage.seeds[-1]}, "
                   f"{stage.steps} steps; runs finished: {finished})", ""]  # fmt: skip
-        if any(len(seeds) < len(stage.seeds) for seeds in done.values()):
-            # the plan: no interim look, so nothing of a stage is summarised before its n is complete
+        if not stage_complete(stage, results):
             lines += ["Not summarised until every planned run of the stage has finished (the plan: fixed n, no "
                       "interim look).", ""]  # fmt: skip
             continue
@@ -899,24 +904,20 @@ def plot_curves(results_dir: str, variants: list[str], seeds: list[int], path: s
     return path
 
 
-def study_panels(results_dir: str) -> list[list[tuple[Stage, str]]]:
+def study_panels(results: dict) -> list[list[tuple[Stage, str]]]:
     """The study plot's grid: a row per variant, a panel per arm, each arm in the first stage that has it (stage 2
-    reuses stage 1's TROLL and clip) and only once every run of that stage has finished (the plan: no interim look)."""
-
-    def complete(stage):
-        return all(load_raw(results_dir, stage.key(loss, seed))[0] for loss in stage.losses for seed in stage.seeds)
-
+    reuses stage 1's TROLL and clip) and only once that stage is complete (``stage_complete``)."""
     rows: dict[str, list[tuple[Stage, str]]] = {}
     seen = set()
     for stage in STUDY:
         for loss in stage.losses:
-            if (stage.variant, loss) not in seen and complete(stage):
+            if (stage.variant, loss) not in seen and stage_complete(stage, results):
                 rows.setdefault(stage.variant, []).append((stage, loss))
             seen.add((stage.variant, loss))
     return list(rows.values())
 
 
-def plot_study(results_dir: str, path: str) -> str:
+def plot_study(results_dir: str, results: dict, path: str) -> str:
     """Train reward against step, a panel per arm of the powered study (a row per variant, `study_panels`): a faint
     line per seed, the mean bold."""
     import matplotlib
@@ -924,7 +925,7 @@ def plot_study(results_dir: str, path: str) -> str:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    grid = study_panels(results_dir)
+    grid = study_panels(results)
     if not grid:
         return "no stage complete yet: nothing drawn"
     columns = max(len(row) for row in grid)
@@ -1024,12 +1025,13 @@ def main(argv=None) -> int:
     model = cpu_model(args.model, args.task_hi)
     results_dir = args.results_dir or os.path.join(args.out_dir, "raw")
     if args.study:
-        tables = study_report(collect_study(results_dir))
+        results = collect_study(results_dir)
+        tables = study_report(results)
         print(tables)
         if args.docs:
             print(f"docs: {write_study_docs(args.docs, tables)} block(s) of {args.docs} rewritten")
         if args.plot:
-            print("plot: " + plot_study(results_dir, args.plot))
+            print("plot: " + plot_study(results_dir, results, args.plot))
         return 0
     plan = [(v, loss, s) for s in args.seeds for v in args.variants for loss in VARIANTS[v]
             if args.losses is None or loss in args.losses]  # fmt: skip

@@ -321,7 +321,7 @@ def test_the_study_report_regenerates_from_raw_results(tmp_path, capsys, monkeyp
     late = out[out.index("**Stage 4") :]
     assert "runs finished: TROLL 2/3, clip 2/3" in late and "Not summarised" in late and "| TROLL −" not in late
     assert png.exists()
-    grid = [[(stage.name, loss) for stage, loss in row] for row in bl.study_panels(str(tmp_path))]
+    grid = [[(stage.name, loss) for stage, loss in row] for row in bl.study_panels(bl.collect_study(str(tmp_path)))]
     assert grid == [[("1", "troll"), ("1", "clip")], [("3", "troll"), ("3", "clip")]]  # stage 4 incomplete: no row
     docs.write_text("no block here\n")  # --docs names the block it needs
     with pytest.raises(SystemExit, match="no '<!-- report: ... --study"):
