@@ -747,8 +747,10 @@ def collect_study(results_dir: str, target: float = 0.5) -> dict:
         for loss in stage.losses:
             for seed in stage.seeds:
                 key = stage.key(loss, seed)
+                if key in results:  # stage 2 reuses stage 1's TROLL and clip runs
+                    continue
                 rows, record = load_raw(results_dir, key)
-                if key not in results and sum(1 for r in rows if REWARD_KEY in r) >= stage.steps:
+                if sum(1 for r in rows if REWARD_KEY in r) >= stage.steps:
                     peak = record.get("worker_peak_rss_gb")
                     val_key = record.get("val_key", MODELS["smollm2"].val_key)
                     results[key] = run_stats(rows, target, val_key, int(peak * 2**30) if peak else None)
