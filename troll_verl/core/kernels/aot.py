@@ -184,18 +184,37 @@ def resource_usage(compiled) -> dict[str, int]:
     return usage
 
 
-def compile_report(specs: list[KernelSpec], arch: int = 90) -> list[dict]:
+def _report_one(spec: KernelSpec, arch: int) -> dict:
+    start = time.perf_counter()
+    try:
+        usage = resource_usage(compile_spec(spec, arch))
+        return {"name": spec.name, "seconds": round(time.perf_counter() - start, 2), **usage}
+    except Exception as exc:  # noqa: BLE001 - one failing specialisation must not hide the others
+        return {"name": spec.name, "error": f"{type(exc).__name__}: {exc}"[-2000:]}
+
+
+_POOL_SPECS: list[KernelSpec] = []  # what forked workers compile, by index (a kernel object does not pickle)
+
+
+def _report_index(i: int, arch: int) -> dict:
+    return _report_one(_POOL_SPECS[i], arch)
+
+
+def compile_report(specs: list[KernelSpec], arch: int = 90, jobs: int = 1) -> list[dict]:
     """Compile every spec for ``sm_<arch>``: ``[{"name", "seconds", "REG", "STACK", "LOCAL", "SHARED"} or
-    {"name", "error"}]``; a failing spec is reported, not raised."""
-    out = []
-    for spec in specs:
-        start = time.perf_counter()
-        try:
-            usage = resource_usage(compile_spec(spec, arch))
-            out.append({"name": spec.name, "seconds": round(time.perf_counter() - start, 2), **usage})
-        except Exception as exc:  # noqa: BLE001 - one failing specialisation must not hide the others
-            out.append({"name": spec.name, "error": f"{type(exc).__name__}: {exc}"[-2000:]})
-    return out
+    {"name", "error"}]`` in the order of ``specs``; a failing spec is reported, not raised. ``jobs > 1`` compiles in
+    that many forked processes (each compile is single-threaded)."""
+    if jobs <= 1 or len(specs) <= 1:
+        return [_report_one(spec, arch) for spec in specs]
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    _POOL_SPECS[:] = specs
+    try:
+        with ProcessPoolExecutor(min(jobs, len(specs)), mp_context=multiprocessing.get_context("fork")) as pool:
+            return list(pool.map(_report_index, range(len(specs)), [arch] * len(specs)))
+    finally:
+        _POOL_SPECS.clear()
 
 
 def main(argv=None) -> int:
@@ -207,10 +226,11 @@ def main(argv=None) -> int:
     parser.add_argument("--topks", nargs="+", type=int, default=[64])
     parser.add_argument("--rows", nargs="+", choices=["yes", "no"], default=["no", "yes"])
     parser.add_argument("--arch", type=int, default=90)
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="compile processes (one per core)")
     args = parser.parse_args(argv)
     specs = specializations(tuple(DTYPES[d] for d in args.dtypes), tuple(args.vocabs), tuple(args.topks),
                             tuple(r == "yes" for r in args.rows))  # fmt: skip
-    report = compile_report(specs, args.arch)
+    report = compile_report(specs, args.arch, args.jobs)
     print(json.dumps(report))
     bad = [r for r in report if "error" in r or r["LOCAL"] or r["STACK"]]
     return 1 if bad else 0
