@@ -270,6 +270,11 @@ VARIANTS["paper8"] = {
 }
 VARIANTS["paper8_gspo"] = {"troll": _GSPO_TROLL, "clip": _gspo_clip(0.2, 0.2)}
 UPDATES_PER_BATCH |= {"paper8": 8, "paper8_gspo": 8}
+# The late-decay study (docs/benchmarks.md, "Late-decay study"), stage 1, on the one-digit task (--task-hi 10) at the
+# model's lr 2e-5: TROLL with the paper's defaults against clip 0.2 / 0.2 with verl's default dual-clip c = 3 (what a
+# verl user runs unless they change it; paper8's clip uses the paper's c = 10), pinned so the run record names it.
+VARIANTS["late8"] = {"troll": [_TROLL], "clip": [*_vanilla_clip(0.2, 0.2), f"{DUAL_CLIP}=3.0"]}
+UPDATES_PER_BATCH["late8"] = 8
 
 
 LENGTH_KEY = "response_length/mean"
@@ -1100,6 +1105,7 @@ def _run_plan(plan, model, args, results_dir: str) -> int:
         result = run_trainer(overrides, run_dir, track_memory=True)
         if result.returncode != 0:
             print(f"  failed (exit {result.returncode}); see {result.log_path}", file=sys.stderr)
+            record_failed_attempt(results_dir, key, result.returncode, result.log_path, time.perf_counter() - start)
             return 1
         wall = time.perf_counter() - start
         peak = result.worker_peak_rss_bytes
@@ -1112,6 +1118,26 @@ def _run_plan(plan, model, args, results_dir: str) -> int:
         print(f"  done in {wall:.0f} s: reward {r['reward_start']:.3f} -> {r['reward_final']:.3f}, steps to "
               f"target {r['steps_to_target']}, collapsed {r['collapsed']}", flush=True)  # fmt: skip
     return 0
+
+
+FAILED_ATTEMPTS = "failed_attempts.jsonl"
+
+
+def record_failed_attempt(results_dir: str, key: str, returncode: int, log_path: str, wall_s: float) -> str:
+    """Append a failed run to ``<results_dir>/failed_attempts.jsonl`` (one JSON line: the run, its exit code, the
+    last lines of its log, the code and whether the tree was clean), so the study records every attempt."""
+    try:
+        with open(log_path, errors="replace") as f:
+            tail = f.read()[-2000:]
+    except OSError:
+        tail = None
+    entry = {"key": key, "returncode": returncode, "wall_s": round(wall_s, 1), "date": time.strftime("%Y-%m-%d %H:%M"),
+             "log_tail": tail, **_versions()}  # fmt: skip
+    os.makedirs(results_dir, exist_ok=True)
+    path = os.path.join(results_dir, FAILED_ATTEMPTS)
+    with open(path, "a") as f:
+        f.write(json.dumps(entry, sort_keys=True) + "\n")
+    return path
 
 
 def _versions() -> dict:
@@ -1128,8 +1154,13 @@ def _versions() -> dict:
         here = os.path.dirname(os.path.abspath(__file__))
         out["commit"] = subprocess.run(["git", "-C", here, "rev-parse", "HEAD"], capture_output=True, text=True,
                                        check=True).stdout.strip()  # fmt: skip
+        # whether the code that ran is exactly that commit (untracked files outside the package aside)
+        status = subprocess.run(["git", "-C", here, "status", "--porcelain", "--untracked-files=no"],
+                                capture_output=True, text=True, check=True).stdout  # fmt: skip
+        out["tree_clean"] = status.strip() == ""
     except (OSError, subprocess.CalledProcessError):
         out["commit"] = None
+        out["tree_clean"] = None
     return out
 
 

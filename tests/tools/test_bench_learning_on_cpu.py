@@ -13,6 +13,8 @@
 # limitations under the License.
 """scripts/bench_learning.py's statistics and table: the staleness arms and their columns (no training here)."""
 
+import json
+
 import pytest
 
 from troll_verl.testing import load_script
@@ -352,3 +354,26 @@ def test_stage_4_confirms_the_maps_signal_only_when_the_interval_favours_troll(t
     assert "clip learned faster at lr 1e-4" in behind and ") withdrawn (TROLL − clip -0.210" in behind
     across = report([0.3, -0.2, 0.05])
     assert "inconclusive at this scale" in across and ") withdrawn (" in across
+
+
+def test_the_late_decay_arms_are_the_plans(tmp_path):
+    # docs/benchmarks.md, "Late-decay study": TROLL's defaults against clip 0.2 / 0.2 with dual-clip 3, 8 updates
+    late = bl.VARIANTS["late8"]
+    assert late["troll"] == ["actor_rollout_ref.actor.policy_loss.loss_mode=troll"]
+    assert "actor_rollout_ref.actor.clip_ratio_c=3.0" in late["clip"]
+    assert "actor_rollout_ref.actor.clip_ratio_low=0.2" in late["clip"]
+    assert "actor_rollout_ref.actor.clip_ratio_high=0.2" in late["clip"]
+    assert bl.UPDATES_PER_BATCH["late8"] == 8
+
+
+def test_a_failed_run_is_recorded_with_its_log_and_code(tmp_path):
+    log = tmp_path / "run.log"
+    log.write_text("x" * 5000 + "\nRuntimeError: the planted failure\n")
+    path = bl.record_failed_attempt(str(tmp_path / "results"), "late8/clip/seed200", 1, str(log), 12.34)
+    bl.record_failed_attempt(str(tmp_path / "results"), "late8/troll/seed201", -9, str(tmp_path / "gone.log"), 1.0)
+    lines = [json.loads(line) for line in open(path)]
+    assert [(e["key"], e["returncode"]) for e in lines] == [("late8/clip/seed200", 1), ("late8/troll/seed201", -9)]
+    assert lines[0]["log_tail"].endswith("the planted failure\n") and len(lines[0]["log_tail"]) == 2000
+    assert lines[1]["log_tail"] is None
+    assert lines[0]["wall_s"] == 12.3
+    assert len(lines[0]["commit"]) == 40 and isinstance(lines[0]["tree_clean"], bool)
