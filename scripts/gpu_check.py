@@ -202,9 +202,12 @@ ENGINE_OVERRIDES = [
 
 
 def _actor_worker(config):
-    from troll_verl.integration.workers import TrollActorRolloutRefWorker
+    """verl's actor worker, whose training worker is TROLL's (installed by the plugin, imported first)."""
+    from verl.workers.engine_workers import ActorRolloutRefWorker
 
-    worker = TrollActorRolloutRefWorker(config.actor_rollout_ref, role="actor")
+    import troll_verl.integration.plugin  # noqa: F401
+
+    worker = ActorRolloutRefWorker(config.actor_rollout_ref, role="actor")
     worker.init_model()
     return worker
 

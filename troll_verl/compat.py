@@ -53,6 +53,8 @@ __all__ = [
     "is_verls_rollout_loader",
     "registered_policy_loss",
     "registered_trainer",
+    "ppo_loss_actor_config",
+    "WORKER_CLASS_HOOKS",
     "rebuild_llm_client",
     "extension_refits_full_weights_only",
     "extension_models",
@@ -215,6 +217,22 @@ def registered_agent_loop(name: str) -> str | None:
     return None if entry is None else entry.get("_target_")
 
 
+# ----------------------------------------------------------------------------------------------------------- worker
+def ppo_loss_actor_config(loss_fn):
+    """The actor config verl's actor worker binds into its loss closure, or None for another closure.
+
+    NOTE: verl's ``ActorRolloutRefWorker.init_model`` hands its ``TrainingWorker`` the closure
+    ``partial(ppo_loss, config=actor_config)``; the training worker is given nothing else of the actor's config.
+    """
+    import functools
+
+    from verl.workers.utils.losses import ppo_loss
+
+    if isinstance(loss_fn, functools.partial) and loss_fn.func is ppo_loss:
+        return loss_fn.keywords.get("config")
+    return None
+
+
 # ---------------------------------------------------------------------------------------------------------- trainer
 def rebuild_llm_client(client, cls):
     """``client`` (verl's ``LLMServerClient`` or a subclass) rebuilt as ``cls`` on the same servers.
@@ -263,15 +281,8 @@ PASS_FLAGS = {
 # (module, class): private methods TROLL's subclasses override (and call through super()); no public hook exists.
 OVERRIDDEN_PRIVATE_METHODS = {
     ("verl.trainer.ppo.v1.trainer_base", "PPOTrainer"): (
-        "_init_resource_pool_mgr",  # where the worker classes are chosen: TROLL's workers swapped in
-        "_compute_old_log_prob",  # the old pass: tagged to store the old top-K (bypass mode: taken from vLLM)
-        "_compute_ref_log_prob",  # the reference pass: kept untagged
-        "_update_actor",  # the update: tagged to run TROLL's logits hook
-    ),
-    ("verl.trainer.ppo.ray_trainer", "RayPPOTrainer"): (  # the legacy trainer (integration/legacy.py)
-        "_compute_old_log_prob",  # the old pass: verl's re-stated, tagged, keeping the old top-K
-        "_compute_ref_log_prob",  # the reference pass: kept untagged
-        "_update_actor",  # the update: tagged to run TROLL's logits hook
+        "_init_resource_pool_mgr",  # where the worker classes are chosen: TROLL's critic and π_old-saving workers
+        "_compute_old_log_prob",  # bypass mode only: the rollout's top-K written as the old fields
     ),
     ("verl.workers.engine.fsdp.transformer_impl", "FSDPEngineWithValueHead"): (
         "_build_module",  # CPU platform: the critic loads without verl's hard-coded flash_attention_2
@@ -281,6 +292,14 @@ OVERRIDDEN_PRIVATE_METHODS = {
         "_preprocess_engine_kwargs",  # CPU platform: vLLM's "uni" executor by default
     ),
 }
+
+# (module, class): class attributes naming the worker classes verl's actor worker builds, which the plugin sets to
+# TROLL's (integration/plugin.py): the actor's training worker (TROLL's two passes) and, on the CPU platform, the
+# reference's (a gloo process group first). verl's default for each is TrainingWorker.
+WORKER_CLASS_HOOKS = {
+    ("verl.workers.engine_workers", "ActorRolloutRefWorker"): ("actor_worker_cls", "ref_worker_cls"),
+}
+
 # (module, "Class.attribute"): private attributes the accessors above read, or that TROLL's code writes, and the verl
 # code that sets them (checked by source where they are set on instances).
 PRIVATE_ATTRIBUTES = {
@@ -329,19 +348,19 @@ MIRRORED_STATEMENTS = {
         "self.model_config.hf_config.num_labels = 1",
     ),
     "verl/utils/model.py": ('attn_implementation="flash_attention_2"',),
-    # integration/legacy.py re-states the legacy trainer's old-log-prob pass (to keep TROLL's outputs, which verl's
-    # drops) and its task runner's run (to build TROLL's trainer, which verl's hard-codes)
-    "verl/trainer/ppo/ray_trainer.py": (
-        "batch_td = left_right_2_no_padding(batch_td)",
-        "calculate_entropy=True,",
-        "output = self.actor_rollout_wg.compute_log_prob(batch_td)",
-        'result = {"old_log_probs": log_probs.float(), "entropys": entropy.float()}',
-        'result["routed_experts"] = routed_experts',
-        'old_log_prob_mfu = tu.get(output, "metrics")["mfu"]',
-        "return old_log_prob, old_log_prob_mfu",
-        'batch.meta_info["global_steps"]',
-        "self._compute_old_log_prob(batch)",
+    # the actor worker builds its training worker from actor_worker_cls and hands it the ppo_loss closure, whose
+    # actor config TROLL's training worker reads (compat.ppo_loss_actor_config)
+    "verl/workers/engine_workers.py": (
+        "actor_worker_cls = TrainingWorker",
+        "self.actor = self.actor_worker_cls(config=actor_training_config)",
+        "self.loss_fn = partial(ppo_loss, config=actor_config)",
+        "self.actor.set_loss_fn(self.loss_fn)",
+        "output = self.actor.infer_batch(data)",
+        "output = self.actor.train_mini_batch(data=data)",
     ),
+    # integration/legacy.py's seeded requests read the step verl's legacy trainer puts on the generation batch, and
+    # its task runner re-states verl's run (to build TROLL's trainer, which verl's hard-codes)
+    "verl/trainer/ppo/ray_trainer.py": ('batch.meta_info["global_steps"]',),
     "verl/trainer/main_ppo_v0.py": (
         "actor_rollout_cls, ray_worker_group_cls = self.add_actor_rollout_worker(config)",
         "self.add_critic_worker(config)",

@@ -48,7 +48,14 @@ def _sp_worker(rank, world, port, model_dir, queue):
     dist.init_process_group("gloo", rank=rank, world_size=world)
     from verl.utils import tensordict_utils as tu
 
-    from troll_verl.testing.verl_engine import compose_config, make_actor_worker, old_pass, update_batch
+    from troll_verl.integration.seam import seam_available
+    from troll_verl.testing.verl_engine import (
+        compose_config,
+        kept_old_fields,
+        make_actor_worker,
+        old_pass,
+        update_batch,
+    )
 
     cfg = compose_config(
         model_dir,
@@ -68,13 +75,15 @@ def _sp_worker(rank, world, port, model_dir, queue):
     worker.actor.engine.optimizer.register_step_pre_hook(capture)
     batch = make_batch(128, [3, 5, 2, 4], [4, 2, 5, 3], seed=1)
     out = old_pass(worker, batch, 0.7)
+    kept = {} if seam_available() else dict(kept_old_fields(worker, batch))  # each rank keeps its own
     box = [out]
-    dist.broadcast_object_list(box, src=0)  # verl serves both SP ranks the same stored fields
+    dist.broadcast_object_list(box, src=0)  # verl serves both SP ranks the same old_log_probs
     out = box[0]
     adv = torch.randn(4, 5, generator=torch.Generator().manual_seed(0))
     result = worker.update_actor(update_batch(batch, out, adv, 0.7, 4))
     if rank == 0:
-        stored = {k: out[k].values().float().numpy().copy() for k in out.keys() if k.startswith("troll_")}
+        stored = {k: out[k] for k in out.keys() if k.startswith("troll_")} | kept
+        stored = {k: v.values().float().numpy().copy() for k, v in stored.items()}
         metrics = tu.get(result, "metrics")
         queue.put((stored, metrics["loss"], metrics["troll/kl_before"], grads))
     dist.barrier()

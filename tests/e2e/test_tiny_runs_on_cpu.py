@@ -18,8 +18,8 @@ Each launch costs 2-3 minutes of Ray, verl and vLLM start-up on 2 cores, so one 
 launches are module-scoped fixtures that return *finished* runs (the run, its cleanup and its watchdog are over; only
 files and metrics are kept), and every test asserts on them and that nothing of any run is left:
 
-- ``sync``: verl's own ``main_ppo`` with ``loss_mode=troll`` and ``trainer_mode=troll``, 4 steps, a checkpoint at
-  step 2 and the rollouts dumped;
+- ``sync``: verl's own ``main_ppo`` with ``loss_mode=troll`` and nothing else of TROLL (verl's own sync trainer),
+  4 steps, a checkpoint at step 2 and the rollouts dumped;
 - ``sync_resumed``: the quickstart CLI with the clip baseline (``loss_mode=vanilla``), resumed from ``sync``'s step 2;
 - ``async_``: verl's ``colocate_async`` trainer with TROLL (stale data), 4 steps, a checkpoint at step 2 while step 3's
   batch is in flight; ``async_resumed`` resumes from it;
@@ -100,9 +100,9 @@ def _train(assets, run_dir: str, *extra: str, steps: int = 4, module: str = "tro
 
 @pytest.fixture(scope="module")
 def sync(assets, tmp_path_factory):
-    """What a user switching an existing run does: verl's main_ppo plus loss_mode=troll and trainer_mode=troll."""
+    """What a user switching an existing run does: verl's main_ppo, its own sync trainer, plus loss_mode=troll."""
     run_dir = str(tmp_path_factory.mktemp("sync"))
-    return _train(assets, run_dir, "trainer.v1.trainer_mode=troll", *WHOLE_BATCH_TWO_EPOCHS,
+    return _train(assets, run_dir, *WHOLE_BATCH_TWO_EPOCHS,
                   # verl's main_ppo runs no resource guard: say it explicitly (1 TQ controller + 1 storage unit + 3)
                   "ray_kwargs.ray_init.num_cpus=5", "++ray_kwargs.ray_init.num_gpus=1",
                   "trainer.save_freq=2", f"trainer.rollout_data_dir={run_dir}/rollouts",
@@ -192,6 +192,10 @@ def test_troll_through_verls_own_main_ppo(sync):
     assert max(r["actor/troll/kl_before"] for r in rows[:-1]) > 1e-3, [r["actor/troll/kl_before"] for r in rows]
     for r in rows[1:]:
         assert r["training/rollout_probs_diff_max"] < 1e-3, r["training/rollout_probs_diff_max"]
+    # TROLL's actor training worker kept the old top-K of verl's own old-log-prob pass: no forward pass added
+    assert [r["actor/troll/old_pass_reused_frac"] for r in rows] == [1.0] * 4
+    assert [r["actor/troll/old_pass_recompute_s"] for r in rows] == [0.0] * 4
+    assert "TROLL TaskRunner" not in sync.log and "troll_verl.integration.trainer" not in sync.log
 
 
 def test_rewards_are_the_tasks_verifier_on_the_dumped_responses(sync):

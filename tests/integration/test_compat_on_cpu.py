@@ -164,3 +164,28 @@ def test_the_refusals_name_the_fix(monkeypatch, caplog):
         assert compat.check_vllm_version("0.32.0") == "0.32.0"
     # the opt-in is loud: a warning naming the untested version and the tested ones
     assert "UNTESTED vLLM" in caplog.text and "0.32.0" in caplog.text and compat.TESTED_VLLM_VERSIONS[0] in caplog.text
+
+
+@pytest.mark.parametrize("where,attributes", list(compat.WORKER_CLASS_HOOKS.items()), ids=lambda v: str(v))
+def test_the_worker_class_hooks_exist_and_default_to_verls_training_worker(where, attributes):
+    """The plugin sets these (integration/plugin.py); verl declares them as the way to change the class it builds."""
+    import inspect
+
+    from verl.workers.engine_workers import TrainingWorker
+
+    module, name = where
+    owner = getattr(importlib.import_module(module), name)
+    source = inspect.getsource(owner)
+    for attribute in attributes:
+        assert f"{attribute} = TrainingWorker" in source and issubclass(getattr(owner, attribute), TrainingWorker)
+
+
+def test_the_actor_config_is_read_only_from_verls_ppo_loss_closure():
+    from functools import partial
+
+    from verl.workers.utils.losses import ppo_loss
+
+    config = object()
+    assert compat.ppo_loss_actor_config(partial(ppo_loss, config=config)) is config
+    assert compat.ppo_loss_actor_config(partial(print, config=config)) is None  # another closure: not verl's
+    assert compat.ppo_loss_actor_config(ppo_loss) is None

@@ -46,6 +46,7 @@ from troll_verl.testing.verl_engine import (
     old_pass,
     tiny_model_dir,
     update_batch,
+    with_kept_old_fields,
 )
 
 VOCAB = 128
@@ -130,7 +131,7 @@ def _engine_update(model_dir, overrides, *, mini_batch_size=4, extra=None, calcu
     cfg = compose_config(model_dir, "actor_rollout_ref.actor.optim.lr=0.0", *overrides)
     worker = make_actor_worker(cfg)
     batch = make_batch(VOCAB, PROMPTS, RESPONSES, seed=seed)
-    old = _perturb_old(old_pass(worker, batch, TEMPERATURE))
+    old = _perturb_old(with_kept_old_fields(worker, batch, old_pass(worker, batch, TEMPERATURE)))
     adv = torch.randn(4, max(RESPONSES), generator=torch.Generator().manual_seed(0))
     data = update_batch(batch, old, adv, TEMPERATURE, mini_batch_size=mini_batch_size)
     for key, values in (extra or {}).items():
@@ -238,7 +239,7 @@ def test_bf16_parameters_keep_the_bound_and_stay_finite(model_dir):
     cfg = compose_config(model_dir, *overrides)
     worker = make_actor_worker(cfg)
     batch = make_batch(VOCAB, PROMPTS, RESPONSES, seed=3)
-    old = _perturb_old(old_pass(worker, batch, TEMPERATURE))
+    old = _perturb_old(with_kept_old_fields(worker, batch, old_pass(worker, batch, TEMPERATURE)))
     adv = torch.randn(4, max(RESPONSES), generator=torch.Generator().manual_seed(0))
     grads = _capture_grads(worker)
     for _ in range(2):
@@ -261,7 +262,14 @@ def _dp_worker(rank, world, port, model_dir, loss_agg_mode, queue):
     dist.init_process_group("gloo", rank=rank, world_size=world)
     from verl.utils import tensordict_utils as tu
 
-    from troll_verl.testing.verl_engine import compose_config, make_actor_worker, make_batch, old_pass, update_batch
+    from troll_verl.testing.verl_engine import (
+        compose_config,
+        make_actor_worker,
+        make_batch,
+        old_pass,
+        update_batch,
+        with_kept_old_fields,
+    )
 
     cfg = compose_config(model_dir, "actor_rollout_ref.actor.optim.lr=0.0",
                          f"actor_rollout_ref.actor.loss_agg_mode={loss_agg_mode}")  # fmt: skip
@@ -270,7 +278,7 @@ def _dp_worker(rank, world, port, model_dir, loss_agg_mode, queue):
     full = make_batch(VOCAB, PROMPTS, RESPONSES, seed=3)
     mine = list(range(rank, 4, world))  # verl's dispatch gives each DP rank its share of the global batch
     batch = _select(full, mine)
-    old = _perturb_old(old_pass(worker, batch, TEMPERATURE))
+    old = _perturb_old(with_kept_old_fields(worker, batch, old_pass(worker, batch, TEMPERATURE)))
     adv = torch.randn(4, max(RESPONSES), generator=torch.Generator().manual_seed(0))[mine]
     metrics = tu.get(worker.update_actor(update_batch(batch, old, adv, TEMPERATURE, mini_batch_size=4)), "metrics")
     if rank == 0:

@@ -25,14 +25,22 @@ from troll_verl.core.layout import response_rows
 from troll_verl.core.losses import LOSS_METRICS, MAX_METRICS, compute_policy_loss_troll
 from troll_verl.core.sparse import old_topk_from_logits, troll_sparse_from_logits
 from troll_verl.integration.loss_fn import TROLL_MODE_KEY, TrollLossFn
+from troll_verl.integration.old_cache import OldTopKCache
 from troll_verl.testing.verl_engine import make_batch
 
 
-def _loss_fn(strategy="fsdp2"):
+def _loss_fn(strategy="fsdp2", old_sink=None):
     config = FSDPActorConfig(
         strategy=strategy, rollout_n=1, ppo_micro_batch_size_per_gpu=1, policy_loss=TrollPolicyLossConfig()
     )
-    return TrollLossFn(config)
+    return TrollLossFn(config, old_sink=old_sink or OldTopKCache().put)
+
+
+def _sampled_log_probs(logits: torch.Tensor, data) -> torch.Tensor:
+    """verl's model output ``log_probs``: nested, row t the log-prob of token t + 1 under ``logits`` ``(L, V)``."""
+    ids = data["input_ids"].values()
+    full = torch.log_softmax(logits.double(), -1)[torch.arange(ids.shape[0] - 1), ids[1:]]
+    return torch.nested.nested_tensor_from_jagged(torch.cat([full, full.new_zeros(1)]), data["input_ids"].offsets())
 
 
 def _batch(mode=None):
@@ -43,7 +51,7 @@ def _batch(mode=None):
 
 
 def test_call_outside_troll_passes_names_the_fix():
-    with pytest.raises(RuntimeError, match="trainer.v1.trainer_mode=troll"):
+    with pytest.raises(RuntimeError, match="TrollActorTrainingWorker"):
         _loss_fn()(model_output={}, data=_batch(), dp_group=None)
 
 
@@ -67,31 +75,40 @@ def test_update_without_old_pass_fields_is_refused():
 
 
 def test_the_old_top_k_travels_on_its_own_micro_batch():
-    """The old pass's top-K goes from the logits hook to the final call on the micro-batch itself: whatever the order
-    of the calls, each final call attaches the rows of its own micro-batch (and takes them off it), and a final call
-    whose micro-batch saw no hook is refused."""
-    fn = _loss_fn()
+    """The old pass's top-K goes from the logits hook to the final call on the micro-batch itself, and from there to
+    the worker's sink: whatever the order of the calls, each final call hands over the rows of its own micro-batch
+    (and takes them off it), with the same pass's log-probs; nothing enters the model output; a final call whose
+    micro-batch saw no hook is refused."""
+    kept = []
+    fn = _loss_fn(old_sink=lambda data, rows, log_probs: kept.append((data, rows, log_probs)))
     first, second = _batch("old"), _batch("old")
     logits_first, logits_second = torch.randn(1, 10, 50), torch.randn(1, 10, 50)
     assert fn(student_logits=logits_first, data=first) == {}
     assert fn(student_logits=logits_second, data=second) == {}  # interleaved: a second hook before the first final
-    out_second, out_first = {}, {}
+    out_second = {"log_probs": _sampled_log_probs(logits_second[0], second)}
+    out_first = {"log_probs": _sampled_log_probs(logits_first[0], first)}
     fn(model_output=out_second, data=second, dp_group=None)
     loss, metrics = fn(model_output=out_first, data=first, dp_group=None)
     assert float(loss) == 0.0 and metrics == {}
-    assert {"troll_old_ids", "troll_old_logprobs", "troll_old_tail"} <= set(out_first)
-    assert out_first["troll_old_ids"].values().shape[0] == 5  # 3 + 2 response tokens
+    assert set(out_first) == {"log_probs"} and set(out_second) == {"log_probs"}  # nothing into verl's output
+    assert [data for data, _, _ in kept] == [second, first]
     # each micro-batch's rows are its own logits' old top-K at its response rows
     cfg = fn.config.policy_loss.troll
-    for out, batch, logits in ((out_first, first, logits_first), (out_second, second, logits_second)):
+    for (batch, rows, log_probs), logits in zip(kept, (logits_second, logits_first), strict=True):
+        assert rows["troll_old_ids"].shape[0] == 5  # 3 + 2 response tokens
         want = old_topk_from_logits(
             logits.squeeze(0), topk=cfg.topk, mass_delta=cfg.mass_delta, floor=cfg.floor, value_dtype=cfg.value_dtype,
             rows=response_rows(batch),
         )  # fmt: skip
         for key, value in zip(("troll_old_ids", "troll_old_logprobs", "troll_old_tail"), want, strict=True):
-            torch.testing.assert_close(out[key].values(), value.to(out[key].dtype), rtol=0, atol=0)
+            torch.testing.assert_close(rows[key], value.to(rows[key].dtype), rtol=0, atol=0)
+        # the same pass's sampled-token log-probs, response-aligned (bsz, T)
+        logp = torch.log_softmax(logits.squeeze(0).double(), -1)
+        resp = response_rows(batch)
+        expected = logp[resp, batch["input_ids"].values()[resp + 1]]
+        torch.testing.assert_close(log_probs[log_probs != 0].double(), expected, rtol=0, atol=1e-12)
     with pytest.raises(RuntimeError, match="use_fused_kernels=False"):
-        fn(model_output={}, data=first, dp_group=None)  # its rows were taken: as if the hook had not run
+        fn(model_output=out_first, data=first, dp_group=None)  # its rows were taken: as if the hook had not run
 
 
 def test_mismatch_above_the_bound_warns_once_naming_kl_bound(caplog):
@@ -127,10 +144,11 @@ def test_the_final_call_equals_the_direct_loss_and_keeps_each_metrics_aggregatio
     the same logits: the same loss, and every metric with its value and aggregation, the maxima as MAX and the loss's
     parts as verl aggregated actor/pg_loss; nothing but ppo_loss's return value carries them out."""
     vocab, k, response = 50, 8, 4
+    cache = OldTopKCache()
     fn = TrollLossFn(FSDPActorConfig(
         strategy="fsdp2", rollout_n=1, ppo_micro_batch_size_per_gpu=1,
         policy_loss=TrollPolicyLossConfig(topk=k, mass_delta=1e-4, kl_bound=0.05),
-    ))  # fmt: skip
+    ), old_sink=cache.put)  # fmt: skip
     data = make_batch(vocab, [3, 5, 2], [response] * 3)
     bsz, n_tokens = 3, 3 * response
     if global_batch:
@@ -151,11 +169,12 @@ def test_the_final_call_equals_the_direct_loss_and_keeps_each_metrics_aggregatio
     old = data.clone()
     tu.assign_non_tensor(old, **{TROLL_MODE_KEY: "old"})
     assert fn(student_logits=z_old[None], data=old) == {}
-    stored = {}
-    fn(model_output=stored, data=old, dp_group=None)
+    fn(model_output={"log_probs": _sampled_log_probs(z_old, data)}, data=old, dp_group=None)
     update = data.clone()
-    update.update({key: stored[key] for key in ("troll_old_ids", "troll_old_logprobs", "troll_old_tail")})
     update["old_log_probs"] = torch.nested.as_nested_tensor(list(old_sampled.split(response)), layout=torch.jagged)
+    kept, hits = cache.take(update)  # as the worker takes them: the same pass's log-probs as old_log_probs
+    assert hits == bsz
+    update.update(kept)
     tu.assign_non_tensor(update, **{TROLL_MODE_KEY: "update"})
     hook = fn(student_logits=z[None], data=update)
     loss, metrics = fn(model_output={key: _nest(v[0], data) for key, v in hook.items()}, data=update, dp_group=None)

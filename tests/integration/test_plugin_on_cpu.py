@@ -99,7 +99,8 @@ def test_registered_loss_called_by_plain_ppo_loss_names_the_fix():
 
     import troll_verl.integration.plugin  # noqa: F401
 
-    with pytest.raises(ValueError, match="trainer.v1.trainer_mode=troll"):
+    # stock verl: TROLL's actor training worker is missing from this process; the seam: the settings class
+    with pytest.raises(ValueError, match="actor training worker.*not installed|trainer.v1.trainer_mode=troll"):
         get_policy_loss_fn("troll")(None, None, None, None, config=object())
 
 

@@ -24,8 +24,8 @@ import ray
 import torch
 from verl.single_controller.ray import RayClassWithInitArgs, RayResourcePool, RayWorkerGroup
 from verl.utils import tensordict_utils as tu
+from verl.workers.engine_workers import ActorRolloutRefWorker
 
-from troll_verl.integration.workers import TrollActorRolloutRefWorker
 from troll_verl.testing.verl_engine import compose_config, make_batch, tiny_model_dir, update_batch
 from troll_verl.tools.lifetime import RUN_TAG_ENV, Watchdog, new_run_tag
 
@@ -51,25 +51,31 @@ def ray_cpu(monkeypatch):
             ray.shutdown()
 
 
+def _old_pass_data(batch):
+    data = batch.clone()
+    tu.assign_non_tensor(data, calculate_entropy=True, compute_loss=False, temperature=1.0)
+    return data
+
+
 @pytest.mark.timeout(600)
 def test_troll_worker_in_ray_worker_group(ray_cpu, tmp_path):
+    """verl's actor worker in a Ray worker process: the plugin installs TROLL's training worker there, the old top-K
+    stays in that process, and the update takes it from there."""
     model_dir = tiny_model_dir(str(tmp_path / "model"))
     cfg = compose_config(model_dir)
     pool = RayResourcePool(process_on_nodes=[1], use_gpu=True, max_colocate_count=1)
-    cls = RayClassWithInitArgs(cls=ray.remote(TrollActorRolloutRefWorker), config=cfg.actor_rollout_ref, role="actor")
+    cls = RayClassWithInitArgs(cls=ray.remote(ActorRolloutRefWorker), config=cfg.actor_rollout_ref, role="actor")
     wg = RayWorkerGroup(resource_pool=pool, ray_cls_with_init=cls, device_name="cpu")
     wg.init_model()
 
     batch = make_batch(128, [3, 5, 2, 4], [4, 2, 5, 3])
-    data = batch.clone()
-    tu.assign_non_tensor(data, calculate_entropy=True, compute_loss=False, temperature=1.0, troll_store_old_topk=True)
-    old = wg.compute_log_prob(data)
-    assert {"troll_old_ids", "troll_old_logprobs", "troll_old_tail", "log_probs"} <= set(old.keys())
-    assert old["troll_old_ids"].values().shape == (sum([4, 2, 5, 3]), 64)
+    old = wg.compute_log_prob(_old_pass_data(batch))
+    assert "log_probs" in old.keys() and not [key for key in old.keys() if key.startswith("troll_")]
 
     adv = torch.randn(4, 5, generator=torch.Generator().manual_seed(0))
     out = wg.update_actor(update_batch(batch, old, adv, 1.0, 4))
     metrics = tu.get(out, "metrics")
+    assert metrics["troll/old_pass_reused_frac"] == [1.0] and metrics["troll/old_pass_recompute_s"] == [0.0]
     assert "troll/kl_after" in metrics and all(v == v for v in metrics["loss"])
 
 
@@ -78,13 +84,15 @@ def test_separate_async_old_topk_comes_from_pi_old(ray_cpu, tmp_path, monkeypatc
     """separate_async's old-log-prob pass runs on π_old's weights (verl saves them to CPU at the first mini-batch of a
     sync cycle and swaps them in for later ones); TROLL's old top-K must come from exactly that pass.
 
-    verl's real worker group of TROLL's ``DetachActorWorker``, TROLL's separate_async trainer (its flags and verl's
-    weight swap run as they are); only the TransferQueue part of verl's base pass is replaced by a direct call."""
+    verl's real worker group of TROLL's ``DetachActorWorker``, TROLL's separate_async trainer (verl's weight swap
+    runs as it is); only the TransferQueue part of verl's base pass is replaced by a direct call. The worker keeps
+    the old top-K of the pass on π_old, and the update after it is served from that (no pass on the current
+    weights)."""
     from omegaconf import OmegaConf
     from verl.trainer.ppo.v1.trainer_base import PPOTrainer
 
     from troll_verl.integration.trainer import TrollTrainerSeparateAsync
-    from troll_verl.integration.workers import TROLL_OLD_PASS_KEY, TrollDetachActorWorker
+    from troll_verl.integration.workers import TrollDetachActorWorker
 
     model_dir = tiny_model_dir(str(tmp_path / "model"))
     cfg = compose_config(model_dir)
@@ -94,41 +102,36 @@ def test_separate_async_old_topk_comes_from_pi_old(ray_cpu, tmp_path, monkeypatc
     wg.init_model()
     batch = make_batch(128, [3, 5, 2, 4], [4, 2, 5, 3])
 
-    outputs, flags = [], []
+    outputs = []
 
     def base_old_pass(self, meta, metrics):  # verl's base pass without the TransferQueue
-        data = batch.clone()
-        tu.assign_non_tensor(data, calculate_entropy=True, compute_loss=False, temperature=1.0, **meta.extra_info)
-        flags.append(meta.extra_info.get(TROLL_OLD_PASS_KEY))
+        data = _old_pass_data(batch)
+        tu.assign_non_tensor(data, **meta.extra_info)
         outputs.append(self.actor_rollout_wg.compute_log_prob(data))
         return meta
 
     monkeypatch.setattr(PPOTrainer, "_compute_old_log_prob", base_old_pass)
     trainer = object.__new__(TrollTrainerSeparateAsync)
     trainer.config = OmegaConf.create({"algorithm": {"rollout_correction": {"bypass_mode": False}}})
-    trainer.uses_troll = trainer.troll_tags_passes = True
+    trainer.uses_troll = True
     trainer.troll_bypass = False  # the actor's old pass (bypass mode takes the rollout's top-K: test_bypass_on_cpu.py)
     trainer.actor_rollout_wg = wg
 
     def old_pass_at(local_trigger_step):
         trainer.local_trigger_step = local_trigger_step
-        meta = SimpleNamespace(extra_info={})
-        trainer._compute_old_log_prob(meta, {})
-        assert flags[-1] is True and meta.extra_info[TROLL_OLD_PASS_KEY] is False
+        trainer._compute_old_log_prob(SimpleNamespace(extra_info={}), {})
         return outputs[-1]
 
-    first = old_pass_at(0)  # weights = π_old, saved to CPU slot 0
     adv = torch.randn(4, 5, generator=torch.Generator().manual_seed(0))
-    wg.update_actor(update_batch(batch, first, adv, 1.0, 4))  # the actor moves on
+    first = old_pass_at(0)  # weights = π_old, saved to CPU slot 0
+    metrics = tu.get(wg.update_actor(update_batch(batch, first, adv, 1.0, 4)), "metrics")  # the actor moves on
+    assert metrics["troll/old_pass_reused_frac"] == [1.0]
     second = old_pass_at(1)  # π_old swapped in for the pass, current weights restored after it
-
-    current = wg.compute_log_prob(_store_old_pass(batch))  # what the current weights would have stored
-    for key in ("troll_old_ids", "troll_old_logprobs", "troll_old_tail", "log_probs"):
-        assert torch.equal(second[key].values(), first[key].values()), key
-    assert not torch.allclose(current["troll_old_logprobs"].values(), first["troll_old_logprobs"].values())
-
-
-def _store_old_pass(batch):
-    data = batch.clone()
-    tu.assign_non_tensor(data, calculate_entropy=True, compute_loss=False, temperature=1.0, troll_store_old_topk=True)
-    return data
+    assert torch.equal(second["log_probs"].values(), first["log_probs"].values())
+    # the update after the π_old pass: its kept top-K served every sequence (its log-probs are π_old's, as the
+    # old_log_probs are), so no pass ran on the current weights, and the current policy is away from π_old
+    metrics = tu.get(wg.update_actor(update_batch(batch, second, adv, 1.0, 4)), "metrics")
+    assert metrics["troll/old_pass_reused_frac"] == [1.0] and metrics["troll/old_pass_recompute_s"] == [0.0]
+    assert max(metrics["troll/kl_before"]) > 1e-6
+    current = wg.compute_log_prob(_old_pass_data(batch))  # what the (twice updated) current weights give
+    assert not torch.allclose(current["log_probs"].values(), first["log_probs"].values())

@@ -156,13 +156,11 @@ from types import SimpleNamespace
 import verl  # verl's own loading, with VERL_USE_EXTERNAL_PLUGINS=none: TROLL's plugin stays out
 from hydra import compose, initialize_config_dir
 import troll_verl
-from troll_verl.integration.workers import TrollActorRolloutRefWorker, TrollTrainingWorker
+from troll_verl.integration.workers import TrollActorTrainingWorker, TrollTrainingWorker
 
-with initialize_config_dir(config_dir=os.path.join(os.path.dirname(troll_verl.__file__), "config"), version_base=None):
-    cfg = compose("troll_trainer", overrides=["actor_rollout_ref.model.path=/nonexistent", "{sdpa}"])
+actor = SimpleNamespace(model_type="language_model", model_config=None, engine_config=None)
 critic = SimpleNamespace(model_type="value_model", model_config=None, engine_config=None)
-for make in (lambda: TrollActorRolloutRefWorker(cfg.actor_rollout_ref, role="actor_rollout"),
-             lambda: TrollTrainingWorker(critic)):
+for make in (lambda: TrollActorTrainingWorker(actor), lambda: TrollTrainingWorker(critic)):
     try:
         make()
         print("STARTED")
@@ -175,12 +173,12 @@ print("plugin loaded:", "troll_verl.integration.plugin" in sys.modules)
 def test_each_worker_refuses_where_the_plugin_is_not_active():
     env = {k: v for k, v in os.environ.items() if k not in ("VERL_PLATFORM", "VERL_USE_EXTERNAL_MODULES")}
     env["VERL_USE_EXTERNAL_PLUGINS"] = "none"
-    proc = subprocess.run([sys.executable, "-c", _WORKERS_WITHOUT_THE_PLUGIN.format(sdpa=ACTOR_SDPA)],
+    proc = subprocess.run([sys.executable, "-c", _WORKERS_WITHOUT_THE_PLUGIN],
                           capture_output=True, text=True, env=env, timeout=300)  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = [line for line in proc.stdout.splitlines() if line.startswith(("REFUSED", "STARTED", "plugin"))]
     assert len(lines) == 3 and lines[-1] == "plugin loaded: False", proc.stdout
-    for line, process in zip(lines[:2], ("the actor_rollout worker", "the value_model worker"), strict=True):
+    for line, process in zip(lines[:2], ("the language_model worker", "the value_model worker"), strict=True):
         assert line.startswith("REFUSED This run asks for TROLL (TROLL's trainer started this worker)"), line
         assert f"not active in {process} on node {HOST}: VERL_USE_EXTERNAL_PLUGINS=none" in line, line
 
@@ -261,12 +259,17 @@ def test_a_dry_run_reports_a_package_missing_here_but_refuses_a_bad_config(monke
 
 def test_each_worker_refuses_an_attention_it_cannot_load(monkeypatch, gpu_machine):
     """TROLL's workers run the check first at init, before verl's worker code (no process group, no model)."""
-    from troll_verl.integration.workers import TrollActorRolloutRefWorker, TrollTrainingWorker
+    from troll_verl.integration.workers import TrollActorTrainingWorker, TrollTrainingWorker
 
     _flash_attn(monkeypatch, present=False)
     cfg = _config()
+    actor = SimpleNamespace(
+        model_type="language_model",
+        model_config=SimpleNamespace(override_config={}),
+        engine_config=SimpleNamespace(strategy="fsdp2"),
+    )
     with pytest.raises(ValueError, match=r"The actor \(and the reference\) load with attn_implementation=flash"):
-        TrollActorRolloutRefWorker(cfg.actor_rollout_ref, role="actor_rollout_ref")
+        TrollActorTrainingWorker(actor)
     startup.check_worker_start(cfg.actor_rollout_ref, "rollout")  # a rollout-only worker loads no FSDP model
     critic = SimpleNamespace(
         model_type="value_model",

@@ -33,13 +33,7 @@ from troll_verl.integration.trainer import (
     TrollTrainerColocateAsync,
     TrollTrainerSeparateAsync,
 )
-from troll_verl.integration.workers import (
-    TROLL_OLD_PASS_KEY,
-    TROLL_UPDATE_KEY,
-    TrollActorRolloutRefWorker,
-    TrollDetachActorWorker,
-    TrollTrainingWorker,
-)
+from troll_verl.integration.workers import TrollDetachActorWorker, TrollTrainingWorker
 from troll_verl.testing.verl_engine import compose_config
 
 TROLL_CLASSES = [TrollTrainer, TrollTrainerColocateAsync, TrollTrainerSeparateAsync]
@@ -102,24 +96,10 @@ def test_an_old_pass_that_stores_fewer_tokens_than_topk_is_refused_on_the_seam(m
     assert validate_troll_config(config).topk == 64
 
 
-@pytest.mark.parametrize(
-    "mode, match",
-    [
-        ("sync", r"Set trainer\.v1\.trainer_mode=troll: verl's sync trainer with TROLL"),
-        ("colocate_async", r"trainer\.v1\.trainer_mode=troll_colocate_async"),
-        ("separate_async", r"trainer\.v1\.trainer_mode=troll_separate_async"),
-    ],
-)
-def test_plain_verl_mode_is_refused_naming_the_troll_mode(mode, match):
-    """On stock verl a plain mode would run TROLL without its pass flags; with the seam, verl's trainers tag them."""
-    from troll_verl.integration.seam import seam_available
-
-    config = compose_config("/nonexistent", f"trainer.v1.trainer_mode={mode}")
-    if seam_available():
-        validate_troll_config(config)
-    else:
-        with pytest.raises(ValueError, match=match):
-            validate_troll_config(config)
+@pytest.mark.parametrize("mode", ["sync", "colocate_async", "separate_async"])
+def test_verls_own_trainer_modes_run_troll(mode):
+    """TROLL lives in the actor worker: verl's own trainers need no TROLL trainer, on stock verl as on the seam."""
+    assert validate_troll_config(compose_config("/nonexistent", f"trainer.v1.trainer_mode={mode}")).topk == 64
 
 
 def test_troll_trainer_yaml_and_cli_overrides():
@@ -140,7 +120,7 @@ def test_plain_verl_config_with_loss_mode_troll_uses_paper_defaults():
     import verl.trainer
     from hydra import compose, initialize_config_dir
 
-    troll = ["actor_rollout_ref.actor.policy_loss.loss_mode=troll", "trainer.v1.trainer_mode=troll"]
+    troll = ["actor_rollout_ref.actor.policy_loss.loss_mode=troll"]
     with initialize_config_dir(os.path.join(os.path.dirname(verl.trainer.__file__), "config"), version_base=None):
         cfg = compose("ppo_trainer", overrides=troll)
     settings = validate_troll_config(cfg)
@@ -165,20 +145,19 @@ class _Batch(SimpleNamespace):
 def _trainer(troll=True, cls=TrollTrainer):
     trainer = object.__new__(cls)
     trainer.uses_troll = troll
-    trainer.troll_tags_passes = troll  # verl 0.9 as released: no policy-loss logits seam
     trainer.troll_bypass = False  # the actor recomputes the old distribution (bypass mode: test_bypass_on_cpu.py)
     trainer.troll_settings = TrollPolicyLossConfig()
     return trainer
 
 
 @pytest.mark.parametrize("cls", TROLL_CLASSES, ids=lambda c: c.troll_base_mode)
-def test_old_pass_flag_is_set_only_during_the_old_pass(monkeypatch, cls):
-    """The same flags in every trainer mode (the mixin wraps verl's trainer of that mode)."""
-    seen = {}
+def test_outside_bypass_mode_the_passes_are_verls_own(monkeypatch, cls):
+    """TROLL's trainers tag no pass: the old-log-prob pass, the reference pass and the update are verl's."""
+    seen = []
 
     def record(name):
         def fn(self, batch, metrics):
-            seen[name] = (batch.extra_info.get(TROLL_OLD_PASS_KEY), batch.extra_info.get(TROLL_UPDATE_KEY))
+            seen.append((name, dict(batch.extra_info)))
             return batch
 
         return fn
@@ -186,20 +165,10 @@ def test_old_pass_flag_is_set_only_during_the_old_pass(monkeypatch, cls):
     for name in ("_compute_old_log_prob", "_compute_ref_log_prob", "_update_actor"):
         monkeypatch.setattr(PPOTrainer, name, record(name))
     monkeypatch.setattr(PPOTrainerSeparateAsync, "_compute_old_log_prob", record("_compute_old_log_prob"))
-    trainer, batch, metrics = _trainer(cls=cls), _Batch(extra_info={}), {}
-    trainer._compute_old_log_prob(batch, metrics)
-    assert seen["_compute_old_log_prob"][0] is True and batch.extra_info[TROLL_OLD_PASS_KEY] is False
-    batch.extra_info[TROLL_OLD_PASS_KEY] = True  # even a stale flag is cleared before the reference pass
-    trainer._compute_ref_log_prob(batch, metrics)
-    assert seen["_compute_ref_log_prob"][0] is False
-    trainer._update_actor(batch, metrics)
-    assert seen["_update_actor"][1] is True and batch.extra_info[TROLL_UPDATE_KEY] is False
-
-    seen.clear()
-    plain = _trainer(troll=False, cls=cls)  # loss_mode != troll: exactly verl's trainer of that mode
-    plain._compute_old_log_prob(_Batch(extra_info={}), {})
-    plain._update_actor(_Batch(extra_info={}), {})
-    assert seen["_compute_old_log_prob"] == (None, None) and seen["_update_actor"] == (None, None)
+    trainer = _trainer(cls=cls)
+    for name in ("_compute_old_log_prob", "_compute_ref_log_prob", "_update_actor"):
+        getattr(trainer, name)(_Batch(extra_info={}), {})
+    assert seen == [(name, {}) for name in ("_compute_old_log_prob", "_compute_ref_log_prob", "_update_actor")]
 
 
 @pytest.mark.parametrize("cls", TROLL_CLASSES, ids=lambda c: c.troll_base_mode)
@@ -214,7 +183,8 @@ def test_worker_classes_are_swapped(monkeypatch, cls):
     monkeypatch.setattr(PPOTrainer, "_init_resource_pool_mgr", base)
     trainer = _trainer(cls=cls)
     trainer._init_resource_pool_mgr()  # separate_async: verl puts its DetachActorWorker in between
-    actor = TrollDetachActorWorker if cls is TrollTrainerSeparateAsync else TrollActorRolloutRefWorker
+    # verl's actor worker stays (its training worker is TROLL's); separate_async's keeps pi_old apart on the CPU
+    actor = TrollDetachActorWorker if cls is TrollTrainerSeparateAsync else ActorRolloutRefWorker
     assert trainer.role_worker_mapping[Role.ActorRolloutRef].__ray_actor_class__ is actor
     assert trainer.role_worker_mapping[Role.Critic].__ray_actor_class__ is TrollTrainingWorker
 

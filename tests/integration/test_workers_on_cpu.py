@@ -13,8 +13,9 @@
 # limitations under the License.
 """TROLL on verl's real FSDP2 engine (in-process, CPU, tiny Qwen2): old top-K storage, update, gradients.
 
-The workers are TROLL's ``ActorRolloutRefWorker`` subclass driving verl's own ``TrainingWorker`` and
-``FSDPEngineWithLMHead``; nothing of the engine is mocked. Batches use verl v1's TransferQueue layout.
+The workers are verl's ``ActorRolloutRefWorker`` driving TROLL's actor training worker (verl's ``TrainingWorker``
+plus TROLL's passes) and verl's ``FSDPEngineWithLMHead``; nothing of the engine is mocked. Batches use verl v1's
+TransferQueue layout.
 """
 
 import math
@@ -32,6 +33,7 @@ from troll_verl.integration.seam import seam_available
 from troll_verl.testing.reference import brute_support
 from troll_verl.testing.verl_engine import (
     compose_config,
+    kept_old_fields,
     make_actor_worker,
     make_batch,
     old_pass,
@@ -65,15 +67,20 @@ def test_stored_old_topk_matches_plain_transformers(model_dir, remove_padding):
     worker = make_actor_worker(cfg)
     batch = make_batch(VOCAB, PROMPTS, RESPONSES, seed=1)
     out = old_pass(worker, batch, TEMPERATURE)
+    if seam_available():
+        stored = out
+    else:  # kept on the worker: nothing of it in the pass's output (verl's data plane)
+        assert not [key for key in out.keys() if key.startswith("troll_")]
+        stored = kept_old_fields(worker, batch)
     settings = TrollPolicyLossConfig()
-    assert out["troll_old_ids"].dtype == torch.int32 and out["troll_old_ids"].shape[-1] == settings.topk
+    assert stored["troll_old_ids"].dtype == torch.int32 and stored["troll_old_ids"].shape[-1] == settings.topk
 
     _, logits = _hf_logits(model_dir, batch, TEMPERATURE)
     logp = torch.log_softmax(logits.double(), -1)
     rows = response_rows(batch)
-    ids = out["troll_old_ids"].values()
-    lps = out["troll_old_logprobs"].values()
-    tails = out["troll_old_tail"].values()
+    ids = stored["troll_old_ids"].values()
+    lps = stored["troll_old_logprobs"].values()
+    tails = stored["troll_old_tail"].values()
     assert ids.shape[0] == rows.shape[0] == sum(RESPONSES)
     for i, row in enumerate(rows.tolist()):
         kept = brute_support(logp[row], settings.topk, settings.mass_delta)
@@ -100,15 +107,16 @@ def test_reference_pass_never_stores_old_topk(model_dir):
     worker = make_actor_worker(compose_config(model_dir, "actor_rollout_ref.model.lora_rank=4"))
     batch = make_batch(VOCAB, PROMPTS, RESPONSES, seed=2)
     old = old_pass(worker, batch, TEMPERATURE)
-    assert {"troll_old_ids", "troll_old_logprobs", "troll_old_tail"} <= set(old.keys())
-    # the reference pass as TROLL's trainer issues it: flag cleared
-    ref = old_pass(worker, batch, TEMPERATURE, store=False, no_lora_adapter=True)
-    assert not [k for k in ref.keys() if k.startswith("troll_")]
     if seam_available():  # verl's trainer asks for its old top-K on the old-log-prob pass only (upstream C)
+        assert {"troll_old_ids", "troll_old_logprobs", "troll_old_tail"} <= set(old.keys())
+        ref = old_pass(worker, batch, TEMPERATURE, store=False, no_lora_adapter=True)
+        assert not [k for k in ref.keys() if k.startswith("troll_")]
         return
-    # a reference pass that still carries the flag is refused instead of overwriting the old policy's data
-    with pytest.raises(RuntimeError, match="reference pass"):
-        old_pass(worker, batch, TEMPERATURE, store=True, no_lora_adapter=True)
+    assert len(worker.actor.old_topk_cache) == len(PROMPTS)
+    worker.actor.old_topk_cache.clear()
+    ref = old_pass(worker, batch, TEMPERATURE, no_lora_adapter=True)
+    assert not [k for k in ref.keys() if k.startswith("troll_")]
+    assert len(worker.actor.old_topk_cache) == 0  # the reference pass kept nothing: the old policy's stays its own
 
 
 def _capture_grads_before_step(worker) -> dict:
@@ -138,6 +146,8 @@ def test_update_loss_and_gradients_match_core_loss_from_full_logits(model_dir, r
     worker = make_actor_worker(cfg)
     batch = make_batch(VOCAB, PROMPTS, RESPONSES, seed=3)
     old = old_pass(worker, batch, TEMPERATURE)
+    if not seam_available():
+        old.update(kept_old_fields(worker, batch))
     # old = current policy here, so perturb the stored old distribution to make the projection act
     old["troll_old_logprobs"] = torch.nested.nested_tensor_from_jagged(
         old["troll_old_logprobs"].values()
@@ -234,13 +244,11 @@ def test_few_steps_move_the_policy_and_tiny_bound_holds(model_dir):
     before = _response_logprob(worker, batch)
     old = old_pass(worker, batch, TEMPERATURE)
     adv = torch.ones(4, max(RESPONSES))  # reinforce every sampled token
-    history = []
-    for _ in range(3):  # PPO epochs on the same old data: the policy leaves the trust region
-        metrics = tu.get(worker.update_actor(update_batch(batch, old, adv, TEMPERATURE, 4)), "metrics")
-        history.append(metrics)
+    # three PPO epochs on the same old data in one update: the policy leaves the trust region
+    metrics = tu.get(worker.update_actor(update_batch(batch, old, adv, TEMPERATURE, 4, epochs=3)), "metrics")
     after = _response_logprob(worker, batch)
     assert (after - before).mean() > 1e-3
-    last = history[-1]
+    last = {key: value[-1:] for key, value in metrics.items() if isinstance(value, list)}  # the third epoch
     assert max(last["troll/projected_frac"]) > 0.2
     # the projected distribution honours the bound on every token
     assert max(last["troll/kl_after_max"]) <= kl_bound

@@ -94,7 +94,7 @@ def validate_troll_config(config) -> TrollPolicyLossConfig:
     from .seam import seam_available
 
     if not OmegaConf.select(config, "trainer.use_v1", default=True):
-        # verl's legacy trainer: TROLL's own task runner (troll_verl.integration.legacy) carries the passes
+        # verl's legacy trainer: verl's actor worker runs TROLL's training worker, as on the v1 trainers
         if legacy_trainer_has_data_plane():
             raise ValueError(
                 "TROLL on this verl's legacy trainer (trainer.use_v1=false) is not supported yet. "
@@ -123,12 +123,6 @@ def validate_troll_config(config) -> TrollPolicyLossConfig:
             raise ValueError(
                 f"trainer.v1.trainer_mode={mode} is not one of TROLL's trainers; use one of "
                 f"{list(TROLL_TRAINER_MODES)}."
-            )
-        if mode in VERL_TRAINER_MODES and not seam_available():
-            raise ValueError(
-                f"trainer.v1.trainer_mode={mode} is verl's own trainer, which on this verl does not tag the passes "
-                f"TROLL extends (old-log-prob and update). Set trainer.v1.trainer_mode={troll_trainer_mode(mode)}: "
-                f"verl's {mode} trainer with TROLL."
             )
     if OmegaConf.select(config, "actor_rollout_ref.model.use_fused_kernels", default=False):
         raise ValueError(

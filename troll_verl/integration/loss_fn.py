@@ -11,7 +11,7 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""TROLL on a verl without the policy-loss logits hook (verl 0.9 as released): the ``set_loss_fn`` route.
+"""TROLL on a verl without the policy-loss logits hook (verl 0.9 as released): the actor worker's loss closure.
 
 Where verl has the hook (``core_algos.PolicyLossSpec``, upstream B and C in ``upstream/``), TROLL registers its
 hooks with the loss and verl's own ``ppo_loss`` does everything (:mod:`troll_verl.integration.plugin`); this module is
@@ -25,17 +25,18 @@ distillation):
     across sequence-parallel ranks and nests per sequence into ``model_output``;
 (b) as the *final loss*, ``loss_fn(model_output=..., data=micro_batch, dp_group=...)`` → ``(loss, metrics)``.
 
-TROLL's worker (:mod:`troll_verl.integration.workers`) tags each call with ``troll_mode``, and :class:`TrollLossFn`
-runs the same hooks the seam would (:func:`~troll_verl.core.losses.troll_old_pass_fn`,
-:func:`~troll_verl.core.losses.troll_logits_fn`)::
+TROLL's actor training worker (:class:`troll_verl.integration.workers.TrollActorTrainingWorker`) installs
+:class:`TrollLossFn` and tags each of its calls with ``troll_mode``; the closure runs the same hooks the seam would
+(:func:`~troll_verl.core.losses.troll_old_pass_fn`, :func:`~troll_verl.core.losses.troll_logits_fn`)::
 
     old-log-prob pass (troll_mode="old", forward only)
-      logits ─(a)→ troll_old_pass_fn, per row ─→ response rows ─(b)→ model_output["troll_old_*"]
+      logits ─(a)→ troll_old_pass_fn, per row ─→ response rows ─(b)→ the worker's OldTopKCache (old_cache.py)
       (where verl's engine keeps per-row scalars only, FSDP's, the backend gathers the K-wide rows across SP ranks
-      in (a) and they are attached in (b): TrollBackend.stock_engine_old_rows; Megatron's engine carries them.
-      Stored response-aligned next to old_log_probs.)
+      in (a) and they reach (b) on the micro-batch: TrollBackend.stock_engine_old_rows; Megatron's engine carries
+      them in the model output.) Nothing of the old top-K enters the pass's output.
 
-    update pass (troll_mode="update", distillation_only: verl skips its own log-prob/CE on these logits)
+    update pass (troll_mode="update", distillation_only: verl skips its own log-prob/CE on these logits; the worker
+    put the old top-K on the update's batch)
       logits ─(a)→ troll_logits_fn, per row (log_probs and TROLL's terms) ─→ verl: SP gather + nest
       model_output ─(b)→ verl's ppo_loss: entropy bonus, KL to the reference, global-batch aggregation, metrics;
                          its call of loss "troll" reads TROLL's padded terms from this module (stock_policy_loss);
@@ -47,6 +48,7 @@ from __future__ import annotations
 import contextvars
 import dataclasses
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -56,7 +58,7 @@ from verl.utils.metric import AggregationType, Metric
 from verl.workers.utils.losses import ppo_loss
 from verl.workers.utils.padding import no_padding_2_padding
 
-from troll_verl.core.layout import OLD_FIELDS, response_lengths, response_rows
+from troll_verl.core.layout import OLD_FIELDS, response_rows
 from troll_verl.core.losses import (
     LOSS_METRICS,
     MAX_METRICS,
@@ -117,9 +119,10 @@ def stock_policy_loss(
     if terms is None:
         raise ValueError(
             "loss_mode=troll needs the sparse top-K distributions of both policies, which verl's generic policy-loss "
-            "call (ppo_loss) does not provide on this verl. Run verl through TROLL's trainer: add "
-            "trainer.v1.trainer_mode=troll to your overrides (troll_colocate_async or troll_separate_async for verl's "
-            "asynchronous trainers), or launch with python -m troll_verl.main."
+            "call (ppo_loss) does not provide on this verl; TROLL's actor training worker provides them, and it is "
+            "not installed in this worker process. verl installs it with troll-verl's plugin: check that troll-verl "
+            "is installed in every node's Python and that VERL_USE_EXTERNAL_PLUGINS does not exclude 'troll' "
+            "(docs/install.md#troubleshooting)."
         )
     loss, metrics = compute_policy_loss_troll(
         old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, config, rollout_is_weights,
@@ -134,10 +137,14 @@ class TrollLossFn:
     Args:
         config: the actor's ``ActorConfig``. A plain ``PolicyLossConfig`` (only ``loss_mode=troll`` set) is replaced
             by :class:`~troll_verl.config.TrollPolicyLossConfig` with the paper's defaults.
+        old_sink: where the old-log-prob pass's old top-K goes, one micro-batch at a time:
+            ``old_sink(micro_batch, rows, log_probs)`` with the response-aligned OLD_FIELDS rows and the sampled
+            tokens' log-probs of the same pass (:meth:`troll_verl.integration.old_cache.OldTopKCache.put`).
     """
 
-    def __init__(self, config: Any):
+    def __init__(self, config: Any, old_sink: Callable[[TensorDict, dict, torch.Tensor], None] | None = None):
         self.config = dataclasses.replace(config, policy_loss=troll_settings(config))
+        self.old_sink = old_sink
         # bypass mode: the next update call is the step's first micro-batch (the train-inference mismatch)
         self._mismatch_pending = False
         self._mismatch_warned = False
@@ -163,8 +170,8 @@ class TrollLossFn:
         if mode not in ("old", "update"):
             raise RuntimeError(
                 "TROLL's loss function was called outside TROLL's old-log-prob or update pass (troll_mode is "
-                f"{mode!r}). Run verl with trainer.v1.trainer_mode=troll (or troll_colocate_async, "
-                "troll_separate_async) so TROLL's trainer tags its passes."
+                f"{mode!r}): only TROLL's actor training worker (troll_verl.integration.workers."
+                "TrollActorTrainingWorker) may call it, and it tags both passes."
             )
         if student_logits is not None:
             if mode == "update":
@@ -198,13 +205,15 @@ class TrollLossFn:
                 "TROLL's old-log-prob pass produced no logits: the engine did not call the logits hook. "
                 "use_fused_kernels=True never materialises logits; set actor_rollout_ref.model.use_fused_kernels=False."
             )
-        # full-sequence rows → response-aligned rows, as old_log_probs are stored
+        if self.old_sink is None:
+            raise RuntimeError(
+                "TROLL's old-log-prob pass has nowhere to keep the old top-K (TrollLossFn(old_sink=...))."
+            )
+        # full-sequence rows → response-aligned rows, as old_log_probs are stored; kept on this worker
         rows = response_rows(data)
-        lengths = response_lengths(data)
         device = next(iter(full.values())).device
-        offsets = torch.cat([lengths.new_zeros(1), torch.cumsum(lengths, 0)]).to(device)
-        for key, values in full.items():
-            model_output[key] = torch.nested.nested_tensor_from_jagged(values[rows.to(device)], offsets)
+        response = {key: values[rows.to(device)] for key, values in full.items()}
+        self.old_sink(data, response, no_padding_2_padding(model_output["log_probs"], data))
         return torch.zeros((), device=device), {}
 
     # ---------------------------------------------------------------------------------------------------------

@@ -11,7 +11,8 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""The one module where troll-verl meets verl's registries. Importing it registers; it rebinds nothing.
+"""The one module where troll-verl meets verl's registries. Importing it registers; the only verl attributes it sets
+are the actor worker's two worker-class hooks, which verl declares for that purpose.
 
 verl imports every entry point of the group ``verl.plugins`` at the end of ``import verl`` (driver, TaskRunner and
 every Ray worker), and swallows a failing plugin at DEBUG level. troll-verl's entry point is this module; the
@@ -23,6 +24,10 @@ what                        verl registry                             when
 policy loss ``troll``       ``core_algos.POLICY_LOSS_REGISTRY``       when ``verl.trainer.ppo.core_algos`` loads
 (with its logits hooks                                                (the hooks: only where verl has the
 as ``PolicyLossSpec``)                                                policy-loss logits seam, see below)
+TROLL's actor training      ``ActorRolloutRefWorker.actor_worker_cls``  when ``verl.workers.engine_workers``
+worker (the CPU             (and ``ref_worker_cls`` on the CPU        loads
+platform's reference        platform)
+worker)
 trainers ``troll``,         ``ppo.v1.trainer_base.TRAINER_REGISTRY``  when ``verl.trainer.ppo.v1`` loads
 ``troll_sync``,
 ``troll_colocate_async``,
@@ -45,6 +50,12 @@ the four registry modules eagerly adds 4.2 s to every process that imports verl 
 servers, agent-loop and reward workers), paid at every run's start-up; with the hooks each process pays only for
 the registries it uses. verl overwrites policy losses silently, so a name already taken by someone else is refused
 here.
+
+**The worker.** verl's actor worker builds its training worker from the class attribute ``actor_worker_cls``; the
+plugin sets it to :class:`~troll_verl.integration.workers.TrollActorTrainingWorker`, which is verl's
+``TrainingWorker`` for every loss but ``troll`` and runs TROLL's two passes for ``troll``
+(:mod:`troll_verl.integration.workers`). So ``policy_loss.loss_mode=troll`` alone selects TROLL on every verl
+trainer that builds verl's actor worker.
 
 **Two routes, chosen once, at registration.** Where verl has the policy-loss logits seam
 (``core_algos.PolicyLossSpec``: upstream B and C, see ``upstream/``;
@@ -244,6 +255,19 @@ def _register_policy_loss(core_algos) -> None:
         core_algos.register_policy_loss(POLICY_LOSS_NAME)(troll_policy_loss_stock)
 
 
+_WORKERS_MODULE = "troll_verl.integration.workers"
+
+
+def _install_worker_classes(engine_workers) -> None:
+    """verl's actor worker module loaded: set it to build TROLL's training workers
+    (:func:`troll_verl.integration.workers.install_worker_classes`). Where TROLL's workers module is the one importing
+    verl's right now (a Ray worker unpickling one of TROLL's classes first), it installs them itself once complete."""
+    workers = sys.modules.get(_WORKERS_MODULE)
+    if workers is not None and not hasattr(workers, "install_worker_classes"):
+        return
+    importlib.import_module(_WORKERS_MODULE).install_worker_classes(engine_workers)
+
+
 _TRAINER_MODULE = "troll_verl.integration.trainer"
 
 
@@ -339,6 +363,7 @@ def register() -> None:
     from troll_verl.platform.cpu import cpu_platform_requested
 
     when_imported("verl.trainer.ppo.core_algos", _register_policy_loss)
+    when_imported("verl.workers.engine_workers", _install_worker_classes)
     when_imported(_TRAINER_MODULE, _register_trainers)
     when_imported("verl.trainer.ppo.v1", _load_trainers)
     when_imported("verl.experimental.agent_loop.single_turn_agent_loop", _load_agent_loop)

@@ -302,7 +302,8 @@ def check_worker_start(config, role: str) -> None:
 
 
 def check_training_worker_start(config) -> None:
-    """TROLL's ``TrainingWorker`` (PPO's critic) at init: as :func:`check_worker_start`, for a value model.
+    """TROLL's ``TrainingWorker`` (the actor's, the reference's, PPO's critic) at init: as :func:`check_worker_start`,
+    for the model it trains or evaluates.
 
     Args:
         config: verl's ``TrainingWorkerConfig`` (``model_type``, ``model_config``, ``engine_config``).
@@ -311,11 +312,11 @@ def check_training_worker_start(config) -> None:
 
     model_type = _select(config, "model_type")
     _check_plugin_loaded(f"the {model_type} worker")
-    if model_type != "value_model":
-        return
+    critic = model_type == "value_model"
     refusal = _attention_refusal(
-        "critic.model", [_select(config, "engine_config.strategy")], _select(config, "model_config.override_config"),
-        critic=True, cpu=cpu_platform_requested(), importable=_importable,
+        "critic.model" if critic else "actor_rollout_ref.model", [_select(config, "engine_config.strategy")],
+        _select(config, "model_config.override_config"), critic=critic, cpu=cpu_platform_requested(),
+        importable=_importable,
     )  # fmt: skip
     if refusal is not None:
         raise ValueError(refusal)

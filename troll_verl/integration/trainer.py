@@ -11,10 +11,12 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""TROLL's v1 trainers: verl's ``sync``, ``colocate_async`` and ``separate_async`` trainers plus TROLL's pass flags.
+"""TROLL's v1 trainers: verl's ``sync``, ``colocate_async`` and ``separate_async`` trainers plus bypass mode.
 
-One mixin, :class:`TrollTrainerMixin`, holds everything TROLL adds to a verl v1 trainer; each TROLL trainer is that
-mixin on one of verl's trainers, selected with one override, ``trainer.v1.trainer_mode``:
+TROLL itself needs no trainer: ``actor_rollout_ref.actor.policy_loss.loss_mode=troll`` alone runs it on every verl
+trainer, through TROLL's actor training worker (:mod:`troll_verl.integration.workers`). These trainers add what
+the worker cannot do by itself; each is :class:`TrollTrainerMixin` on one of verl's trainers, selected with
+``trainer.v1.trainer_mode``:
 
 ===========================  ================================  ==============================================
 ``trainer_mode``             verl's trainer                    notes
@@ -28,16 +30,12 @@ mixin on one of verl's trainers, selected with one override, ``trainer.v1.traine
 ``python -m troll_verl.main`` presets ``troll``. Each runs with ``trainer_mode`` reset to verl's own mode name, so
 every code path of that verl trainer (and its ``trainer.v1.<mode>.*`` settings) behaves as usual. On top, the mixin
 
-- validates the TROLL settings and refuses configurations TROLL cannot run, naming the setting to change, and
-  selects TROLL's settings class where verl's stock policy-loss config is named;
-- swaps verl's worker classes for TROLL's (:mod:`troll_verl.integration.workers`: verl's workers plus inert-by-default
-flags;
-  ``separate_async``'s ``DetachActorWorker`` included);
-- on verl 0.9 as released, tags the old-log-prob pass (store the old top-K), keeps the flag off on the reference
-  pass, and tags the update pass. ``separate_async``'s old-log-prob pass swaps the actor's weights to π_old around
-  verl's own pass; the tag spans that whole call, so the old top-K comes from exactly the weights of
-  ``old_log_probs``. Where verl has the policy-loss logits seam, verl's own trainer tags the passes
-  (:func:`troll_verl.integration.seam.seam_available`) and these overrides step aside.
+- validates the TROLL settings before the workers start and refuses configurations TROLL cannot run, naming the
+  setting to change, and selects TROLL's settings class where verl's stock policy-loss config is named;
+- swaps verl's critic and ``separate_async`` worker classes for TROLL's (the CPU platform's process group, π_old's
+  copy: :mod:`troll_verl.integration.workers`);
+- in bypass mode, writes the vLLM rollout's top-K as the old fields in place of the old-log-prob pass, and keeps
+  them across the asynchronous trainers' resumed requests (:mod:`troll_verl.bypass`).
 
 With ``loss_mode`` other than ``troll`` each behaves exactly like the verl trainer it extends (the clip baselines).
 """
@@ -62,12 +60,7 @@ from troll_verl.platform.cpu import cpu_platform_requested
 from .checks import troll_trainer_mode, uses_troll, validate_troll_config
 from .config import use_troll_policy_loss_config
 from .seam import seam_available
-from .workers import (
-    TROLL_OLD_PASS_KEY,
-    TROLL_OLD_SOURCE_KEY,
-    TROLL_UPDATE_KEY,
-    swap_worker_classes,
-)
+from .workers import swap_worker_classes
 
 logger = logging.getLogger(__name__)
 logger.setLevel(os.getenv("VERL_LOGGING_LEVEL", "INFO"))
@@ -109,9 +102,7 @@ class TrollTrainerMixin:
         # NOTE: verl keys its sync-vs-async behaviour off trainer.v1.trainer_mode; run as verl's own mode.
         with open_dict(config):
             config.trainer.v1.trainer_mode = self.troll_base_mode
-        # TROLL's own pass flags, only where verl lacks the policy-loss logits seam
-        self.troll_tags_passes = self.uses_troll and not seam_available()
-        if self.troll_bypass and not self.troll_tags_passes:
+        if self.troll_bypass and seam_available():
             # NOTE: the mismatch metric lives in TROLL's loss function, which verl's own ppo_loss replaces on the seam
             logger.warning(
                 "TROLL bypass mode on a verl with the policy-loss logits seam: troll/mismatch_kl and "
@@ -138,43 +129,17 @@ class TrollTrainerMixin:
         return client
 
     def _compute_old_log_prob(self, batch, metrics: dict):
-        if self.troll_bypass:
-            metrics.update(
-                put_old_topk_from_rollout(
-                    batch,
-                    self.troll_settings,
-                    topk=self.troll_rollout_topk,
-                    response_length=self.config.actor_rollout_ref.rollout.response_length,
-                )  # fmt: skip
-            )
-            return batch
-        if not self.troll_tags_passes:
+        if not self.troll_bypass:
             return super()._compute_old_log_prob(batch, metrics)
-        batch.extra_info[TROLL_OLD_PASS_KEY] = True
-        try:
-            out = super()._compute_old_log_prob(batch, metrics)
-        finally:
-            batch.extra_info[TROLL_OLD_PASS_KEY] = False
-        if out is not None and out is not batch:
-            out.extra_info[TROLL_OLD_PASS_KEY] = False
-        return out
-
-    def _compute_ref_log_prob(self, batch, metrics: dict):
-        # The reference pass (also LoRA's reference-through-actor pass) must never store TROLL's old top-K.
-        if self.troll_tags_passes:
-            batch.extra_info[TROLL_OLD_PASS_KEY] = False
-        return super()._compute_ref_log_prob(batch, metrics)
-
-    def _update_actor(self, batch, metrics: dict):
-        if not self.troll_tags_passes:
-            return super()._update_actor(batch, metrics)
-        batch.extra_info[TROLL_UPDATE_KEY] = True
-        batch.extra_info[TROLL_OLD_SOURCE_KEY] = self.troll_bypass
-        try:
-            return super()._update_actor(batch, metrics)
-        finally:
-            batch.extra_info[TROLL_UPDATE_KEY] = False
-            batch.extra_info[TROLL_OLD_SOURCE_KEY] = False
+        metrics.update(
+            put_old_topk_from_rollout(
+                batch,
+                self.troll_settings,
+                topk=self.troll_rollout_topk,
+                response_length=self.config.actor_rollout_ref.rollout.response_length,
+            )  # fmt: skip
+        )
+        return batch
 
 
 class TrollTrainer(TrollTrainerMixin, PPOTrainerSync):
@@ -193,7 +158,7 @@ class TrollTrainerSeparateAsync(TrollTrainerMixin, PPOTrainerSeparateAsync):
     """verl's separate-rollout asynchronous PPO trainer with TROLL (``trainer.v1.trainer_mode=troll_separate_async``).
 
     NOTE: verl's checkpoint engines for a standalone rollout pool need NCCL-class backends, so this mode has not run
-    end to end here (CPU only); its pass flags are unit-tested and the dry run validates its config.
+    end to end here (CPU only); the dry run validates its config.
     """
 
     troll_base_mode = "separate_async"
@@ -205,8 +170,8 @@ class TrollTrainerSeparateAsync(TrollTrainerMixin, PPOTrainerSeparateAsync):
             logger.warning(
                 "TROLL with trainer.v1.trainer_mode=troll_separate_async: verl's separate-rollout trainer has not run "
                 "end to end with TROLL yet (its checkpoint engines need NCCL-class backends, which CPU testing "
-                "lacks); the pass flags around verl's pi_old weight swap are unit-tested. Check troll/* metrics on "
-                "your first steps."
+                "lacks); TROLL's old top-K comes from verl's old-log-prob pass on the restored pi_old weights. Check "
+                "troll/old_pass_reused_frac (1.0: no extra pass) and troll/* metrics on your first steps."
             )
 
 

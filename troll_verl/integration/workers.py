@@ -11,29 +11,39 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""TROLL's verl worker classes: verl's own workers plus the flags of TROLL's two passes.
+"""TROLL's verl worker classes: the actor's training worker, where TROLL lives, and the CPU platform's workers.
 
-Where verl has the policy-loss logits seam (:func:`troll_verl.integration.seam.seam_available`), verl's own worker
-sets the
-seam's flags for loss ``troll`` and these classes add only the CPU platform's process group. On verl 0.9 as
-released, :class:`TrollActorWorkerMixin` adds three things to verl's actor workers (``ActorRolloutRefWorker``:
-:class:`TrollActorRolloutRefWorker`; ``separate_async``'s ``DetachActorWorker``: :class:`TrollDetachActorWorker`),
-all inert unless the trainer asks for them:
+:class:`TrollActorTrainingWorker` is verl's ``TrainingWorker`` for the actor. The plugin installs it as
+``ActorRolloutRefWorker.actor_worker_cls`` (:mod:`troll_verl.integration.plugin`), so every verl trainer that builds
+verl's actor worker (v1 ``sync``, ``colocate_async``, ``separate_async``'s ``DetachActorWorker``, the legacy
+``RayPPOTrainer``) runs TROLL through it with the one override ``policy_loss.loss_mode=troll``. For any other loss
+it is verl's ``TrainingWorker`` (plus the CPU platform's process group). With TROLL, on a verl without the
+policy-loss logits seam:
 
-- ``init_model`` installs :class:`~troll_verl.integration.loss_fn.TrollLossFn` on the actor when ``loss_mode=troll``;
-- ``compute_log_prob`` with ``troll_store_old_topk`` (set by TROLL's trainer on the old-log-prob pass only) turns
-  on verl's logits hook so the old policy's top-K is stored with ``old_log_probs``; a reference pass
-  (``no_lora_adapter``) asking for it is refused, so it can never overwrite the old policy's data;
-- ``update_actor`` with ``troll_update`` turns on the logits hook (``distillation_use_topk``) and skips verl's own
-  log-prob on those logits (``distillation_only``: nothing else reads or overwrites the saved logits); with
-  ``troll_old_from_rollout`` (bypass mode) the step's first micro-batch also reports ``troll/mismatch_kl``.
+- ``set_loss_fn`` installs :class:`~troll_verl.integration.loss_fn.TrollLossFn` in place of verl's ``ppo_loss``
+  closure (whose actor config it reads, :func:`troll_verl.compat.ppo_loss_actor_config`);
+- ``infer_batch`` (verl's old-log-prob pass, ``compute_log_prob``) turns on the logits hook, and the old policy's
+  top-K is kept on this worker (:class:`~troll_verl.integration.old_cache.OldTopKCache`): nothing of it enters the
+  pass's output, so verl's data plane never carries it. A reference pass through the actor (LoRA,
+  ``no_lora_adapter``) stays verl's own;
+- ``train_mini_batch`` (the update) puts the old top-K on its batch before verl splits it into mini-batches: the
+  rollout's where the batch already carries one (bypass mode), else the kept one where every sequence's kept
+  log-probs equal the ``old_log_probs`` it received, else one no-grad pass over the shard from the weights before
+  the first optimizer step, whose sampled-token log-probs then replace ``old_log_probs``, so the ratio and the
+  projection never use two different old policies. Metrics: ``troll/old_pass_reused_frac`` (sequences served from
+  the old pass), ``troll/old_pass_recompute_s`` (the extra pass's time, 0 when none ran) and
+  ``troll/old_from_rollout`` (1 where the old top-K is the rollout's).
 
-Every worker class here first runs TROLL's start-up checks in its own process (the plugin is active on this node,
-the model's attention can load here: :func:`troll_verl.integration.startup.check_worker_start`) and initialises a
-``gloo`` process group on the CPU platform (see :func:`troll_verl.platform.cpu.init_cpu_process_group`).
+Where verl has the seam (:func:`troll_verl.integration.seam.seam_available`), verl's own worker runs TROLL and this
+class adds only the CPU platform's process group. Every worker class here first runs TROLL's start-up checks in its
+own process (:func:`troll_verl.integration.startup.check_training_worker_start`) and initialises a ``gloo`` process
+group on the CPU platform (:func:`troll_verl.platform.cpu.init_cpu_process_group`).
 """
 
 from __future__ import annotations
+
+import sys
+import time
 
 import torch
 from tensordict import TensorDict
@@ -41,39 +51,33 @@ from torch.distributed.tensor import DTensor
 from verl.experimental.separation.engine_workers import DetachActorWorker
 from verl.single_controller.base.decorator import Dispatch, make_nd_compute_dataproto_dispatch_fn, register
 from verl.utils import tensordict_utils as tu
-from verl.utils.config import omega_conf_to_dataclass
-from verl.workers.engine_workers import ActorRolloutRefWorker, TrainingWorker
+from verl.workers.engine_workers import TrainingWorker
 
+from troll_verl.compat import VerlVersionError, ppo_loss_actor_config
+from troll_verl.core.layout import OLD_FIELDS
 from troll_verl.platform.cpu import detach_cpu_copy, init_cpu_process_group
 
 from .checks import uses_troll
 from .loss_fn import TROLL_MODE_KEY, TrollLossFn
+from .old_cache import OldTopKCache
 from .seam import seam_available
-from .startup import check_training_worker_start, check_worker_start
-
-# the roles of verl's actor worker that train (verl's ActorRolloutRefWorker tests the same list)
-_ACTOR_ROLES = ("actor", "actor_rollout", "actor_rollout_ref")
+from .startup import check_training_worker_start
 
 __all__ = [
-    "TrollActorWorkerMixin",
-    "TrollActorRolloutRefWorker",
+    "TrollActorTrainingWorker",
     "TrollDetachActorWorker",
     "TrollTrainingWorker",
-    "TROLL_OLD_PASS_KEY",
-    "TROLL_UPDATE_KEY",
-    "TROLL_OLD_SOURCE_KEY",
+    "OLD_PASS_METRICS",
+    "install_worker_classes",
     "swap_worker_classes",
 ]
 
-# Non-tensor flags set by TROLL's trainer on the KVBatchMeta of the old-log-prob and update passes.
-TROLL_OLD_PASS_KEY = "troll_store_old_topk"
-TROLL_UPDATE_KEY = "troll_update"
-# Set with TROLL_UPDATE_KEY in bypass mode: the old distribution is the rollout's (troll/mismatch_kl is reported).
-TROLL_OLD_SOURCE_KEY = "troll_old_from_rollout"
+# the worker's metrics of where the update's old top-K came from (logged under actor/ by verl's trainers)
+OLD_PASS_METRICS = ("troll/old_pass_reused_frac", "troll/old_pass_recompute_s", "troll/old_from_rollout")
 
 
 class TrollTrainingWorker(TrainingWorker):
-    """verl's ``TrainingWorker`` (critic, standalone actor); on the CPU platform it creates a gloo group first."""
+    """verl's ``TrainingWorker`` (critic, reference); on the CPU platform it creates a gloo group first."""
 
     def __init__(self, config):
         check_training_worker_start(config)
@@ -81,61 +85,96 @@ class TrollTrainingWorker(TrainingWorker):
         super().__init__(config)
 
 
-class TrollActorWorkerMixin:
-    """TROLL's pass flags on a verl actor worker (see the module docstring); put it first in the bases."""
+class TrollActorTrainingWorker(TrollTrainingWorker):
+    """verl's actor ``TrainingWorker`` with TROLL's two passes (see the module docstring); inert for other losses.
 
-    def __init__(self, config, role: str, distillation_config=None, **kwargs):
-        check_worker_start(config, role)
-        init_cpu_process_group()
-        super().__init__(config, role, distillation_config=distillation_config, **kwargs)
+    Args:
+        config: verl's ``TrainingWorkerConfig`` for the actor.
+    """
+
+    def __init__(self, config):
+        super().__init__(config)
         self.troll_loss_fn: TrollLossFn | None = None
-        # where verl has the policy-loss logits seam, verl's own worker sets the passes' flags: TROLL's step aside
-        self.stock_route = not seam_available()
+        self.old_topk_cache = OldTopKCache()
 
-    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
-    def init_model(self):
-        """verl's ``init_model``; with ``loss_mode=troll`` on the stock route, TROLL's loss function installed on the
-        actor."""
-        super().init_model()
-        if self.role in _ACTOR_ROLES and uses_troll(self.config.actor.policy_loss) and self.stock_route:
-            self.troll_loss_fn = TrollLossFn(omega_conf_to_dataclass(self.config.actor))
-            self.loss_fn = self.troll_loss_fn
-            self.actor.set_loss_fn(self.troll_loss_fn)
+    def set_loss_fn(self, loss_fn):
+        """verl's closure; ``TrollLossFn`` instead where verl's ``ppo_loss`` closure names ``loss_mode=troll``."""
+        actor_config = ppo_loss_actor_config(loss_fn)
+        if actor_config is not None and uses_troll(actor_config.policy_loss) and not seam_available():
+            self.troll_loss_fn = TrollLossFn(actor_config, old_sink=self.old_topk_cache.put)
+            loss_fn = self.troll_loss_fn
+        super().set_loss_fn(loss_fn)
 
-    @register(dispatch_mode=make_nd_compute_dataproto_dispatch_fn(mesh_name="actor"))
-    def compute_log_prob(self, data: TensorDict) -> TensorDict:
-        """verl's pass; with ``troll_store_old_topk`` it also stores the old policy's top-K (refused on a reference
-        pass)."""
-        if self.stock_route and tu.get_non_tensor_data(data=data, key=TROLL_OLD_PASS_KEY, default=False):
-            if tu.get_non_tensor_data(data=data, key="no_lora_adapter", default=False):
-                raise RuntimeError(
-                    "A reference pass (no_lora_adapter=True) asked to store TROLL's old top-K; it would overwrite "
-                    "the old policy's distribution. The trainer must clear troll_store_old_topk before the "
-                    "reference pass."
-                )
-            if self.troll_loss_fn is None:
-                raise RuntimeError("TROLL's old-top-K pass needs loss_mode=troll on the actor (init_model).")
+    @register(dispatch_mode=make_nd_compute_dataproto_dispatch_fn(mesh_name="train"), blocking=False)
+    def infer_batch(self, data: TensorDict) -> TensorDict:
+        """verl's forward-only pass; with TROLL (not a reference pass) it also keeps the old policy's top-K."""
+        if self.troll_loss_fn is not None and not tu.get_non_tensor_data(data, "no_lora_adapter", default=False):
             tu.assign_non_tensor(data, compute_loss=True, distillation_use_topk=True, **{TROLL_MODE_KEY: "old"})
-        return super().compute_log_prob(data)
+        return super().infer_batch(data)
 
-    @register(dispatch_mode=make_nd_compute_dataproto_dispatch_fn(mesh_name="actor"))
-    def update_actor(self, data: TensorDict) -> TensorDict:
-        """verl's update; with ``troll_update`` the logits hook computes TROLL's terms (verl's own log-prob skipped)."""
-        if self.stock_route and tu.get_non_tensor_data(data=data, key=TROLL_UPDATE_KEY, default=False):
-            if self.troll_loss_fn is None:
-                raise RuntimeError("TROLL's update pass needs loss_mode=troll on the actor (init_model).")
-            tu.assign_non_tensor(data, distillation_use_topk=True, distillation_only=True, **{TROLL_MODE_KEY: "update"})
-            if tu.get_non_tensor_data(data=data, key=TROLL_OLD_SOURCE_KEY, default=False):
-                self.troll_loss_fn.measure_mismatch()  # bypass mode: the old distribution is the rollout's
-        return super().update_actor(data)
+    @register(dispatch_mode=make_nd_compute_dataproto_dispatch_fn(mesh_name="train"), blocking=False)
+    def train_mini_batch(self, data: TensorDict) -> TensorDict:
+        """verl's update; with TROLL the old top-K goes on ``data`` first and the logits hook computes TROLL's terms
+        (verl's own log-prob on those logits skipped)."""
+        if self.troll_loss_fn is None:
+            return super().train_mini_batch(data)
+        metrics = self._put_old_topk(data)
+        tu.assign_non_tensor(data, distillation_use_topk=True, distillation_only=True, **{TROLL_MODE_KEY: "update"})
+        try:
+            output = super().train_mini_batch(data)
+        finally:
+            self.old_topk_cache.end_update(data)
+        if output is not None:
+            tu.get(output, "metrics").update({key: [value] for key, value in metrics.items()})
+        return output
+
+    def _put_old_topk(self, data: TensorDict) -> dict[str, float]:
+        """Put the old top-K on the update's shard ``data`` (see the module docstring); its metrics."""
+        if all(key in data.keys() for key in OLD_FIELDS):
+            # bypass mode: the trainer put the rollout's top-K; the first micro-batch measures the mismatch
+            self.troll_loss_fn.measure_mismatch()
+            return dict(zip(OLD_PASS_METRICS, (0.0, 0.0, 1.0), strict=True))
+        fields, hits = self.old_topk_cache.take(data)
+        n = len(data["input_ids"].offsets()) - 1
+        recompute_s = 0.0
+        # every rank of the worker group joins the extra pass (its collectives), where any rank missed a sequence
+        missed = torch.tensor([float(fields is None)])
+        if torch.distributed.is_initialized():
+            torch.distributed.all_reduce(missed, op=torch.distributed.ReduceOp.MAX)
+        if missed.item() > 0:
+            start = time.perf_counter()
+            self._old_pass(data)
+            fields, _ = self.old_topk_cache.take(data, check_log_probs=False)
+            _replace_old_log_probs(data, self.old_topk_cache.log_probs(data))
+            recompute_s = time.perf_counter() - start
+            hits = 0
+        for key, value in fields.items():
+            data[key] = value
+        return dict(zip(OLD_PASS_METRICS, (hits / max(n, 1), recompute_s, 0.0), strict=True))
+
+    def _old_pass(self, data: TensorDict) -> None:
+        """One no-grad pass over ``data`` from the current weights, keeping its old top-K (verl's infer_batch)."""
+        probe = data.copy()
+        tu.assign_non_tensor(probe, calculate_entropy=False, calculate_sum_pi_squared=False)
+        self.infer_batch(probe)
 
 
-class TrollActorRolloutRefWorker(TrollActorWorkerMixin, ActorRolloutRefWorker):
-    """verl's ``ActorRolloutRefWorker`` plus TROLL's pass flags (``sync``, ``colocate_async``)."""
+def _replace_old_log_probs(data: TensorDict, log_probs: list[torch.Tensor]) -> None:
+    """``data["old_log_probs"]`` replaced by ``log_probs`` (one ``(j,)`` per sequence), in its layout and dtype."""
+    old = data["old_log_probs"]
+    if old.is_nested:
+        values = torch.cat(log_probs).to(device=old.device, dtype=old.dtype)
+        data["old_log_probs"] = torch.nested.nested_tensor_from_jagged(values, old.offsets())
+        return
+    new = torch.zeros_like(old)
+    for i, row in enumerate(log_probs):
+        new[i, : row.shape[0]] = row.to(device=old.device, dtype=old.dtype)
+    data["old_log_probs"] = new
 
 
-class TrollDetachActorWorker(TrollActorWorkerMixin, DetachActorWorker):
-    """verl's ``DetachActorWorker`` (``separate_async``: π_old saved to and restored from CPU) plus TROLL's flags."""
+class TrollDetachActorWorker(DetachActorWorker):
+    """verl's ``DetachActorWorker`` (``separate_async``: π_old saved to and restored from CPU), its π_old copied
+    where it would alias the live parameters. Its actor training worker is TROLL's, as for every actor worker."""
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def save_model_to_cpu(self, n):
@@ -148,9 +187,9 @@ class TrollDetachActorWorker(TrollActorWorkerMixin, DetachActorWorker):
             self.cpu_saved_models[n] = detach_cpu_copy(self.cpu_saved_models[n])
 
 
-# verl's worker classes -> TROLL's (identical unless TROLL's flags are set)
+# verl's worker classes -> TROLL's, where a trainer builds them as Ray actors itself (the actor's training worker and
+# the reference's are chosen by verl's ActorRolloutRefWorker: the plugin sets those)
 _WORKER_SWAP = {
-    ActorRolloutRefWorker: TrollActorRolloutRefWorker,
     DetachActorWorker: TrollDetachActorWorker,
     TrainingWorker: TrollTrainingWorker,
 }
@@ -184,3 +223,38 @@ def _aliases_parameters(state, module) -> bool:
         elif isinstance(item, dict):
             stack.extend(item.values())
     return False
+
+
+def install_worker_classes(engine_workers) -> None:
+    """Set verl's actor worker to build TROLL's training worker for the actor (and, on the CPU platform, the
+    reference: its gloo group), refusing where another plugin set one already
+    (:data:`troll_verl.compat.WORKER_CLASS_HOOKS`). Called by the plugin when ``verl.workers.engine_workers`` loads.
+
+    Args:
+        engine_workers: the module ``verl.workers.engine_workers``.
+    """
+    from troll_verl.platform.cpu import cpu_platform_requested
+
+    worker = engine_workers.ActorRolloutRefWorker
+    wanted = {"actor_worker_cls": TrollActorTrainingWorker}
+    if cpu_platform_requested():
+        wanted["ref_worker_cls"] = TrollTrainingWorker
+    for attribute, cls in wanted.items():
+        current = getattr(worker, attribute, None)
+        if current is None:
+            raise VerlVersionError(
+                f"This verl's ActorRolloutRefWorker has no {attribute}, the hook through which troll-verl installs "
+                "TROLL's actor training worker (verl 0.9.1 and main have it); install verl==0.9.1."
+            )
+        if current is not cls and current is not engine_workers.TrainingWorker:
+            raise RuntimeError(
+                f"verl's ActorRolloutRefWorker.{attribute} is already {current.__module__}.{current.__qualname__}, "
+                "set by another plugin; troll-verl cannot install TROLL's worker there. Uninstall the other plugin."
+            )
+        setattr(worker, attribute, cls)
+
+
+# This module imported verl's actor worker module itself (a Ray worker unpickling one of these classes before anything
+# else imported verl's): the plugin's hook stepped aside then (see plugin._install_worker_classes), so install here.
+if getattr(sys.modules.get("troll_verl.integration.plugin"), "_REGISTERED", False):
+    install_worker_classes(sys.modules["verl.workers.engine_workers"])

@@ -104,13 +104,23 @@ def compose_config(model_path: str, *overrides: str, base=CPU_OVERRIDES) -> Dict
 
 
 def make_actor_worker(config: DictConfig, role: str = "actor"):
-    """TROLL's ``ActorRolloutRefWorker`` subclass, in this process, with its model initialised."""
-    from troll_verl.integration.workers import TrollActorRolloutRefWorker
+    """verl's ``ActorRolloutRefWorker``, in this process, with its model initialised: its actor training worker is
+    TROLL's (installed by the plugin, :class:`~troll_verl.integration.workers.TrollActorTrainingWorker`)."""
+    from verl.workers.engine_workers import ActorRolloutRefWorker
 
     init_single_process_group()
-    worker = TrollActorRolloutRefWorker(config.actor_rollout_ref, role=role)
+    worker = ActorRolloutRefWorker(config.actor_rollout_ref, role=role)
     worker.init_model()
     return worker
+
+
+def kept_old_fields(worker, batch) -> dict:
+    """The old top-K TROLL's actor training worker kept for ``batch``'s sequences, as nested ``(bsz, j, ...)``
+    tensors (:data:`~troll_verl.core.layout.OLD_FIELDS`); raises where a sequence is not kept."""
+    fields, hits = worker.actor.old_topk_cache.take(batch, check_log_probs=False)
+    if fields is None:
+        raise AssertionError(f"the worker kept the old top-K of {hits} of the batch's sequences, not all")
+    return fields
 
 
 def make_batch(vocab: int, prompt_lens, response_lens, seed: int = 0):
@@ -137,10 +147,21 @@ def make_batch(vocab: int, prompt_lens, response_lens, seed: int = 0):
     return tu.get_tensordict(nested)
 
 
+def with_kept_old_fields(worker, batch, output):
+    """``output`` of :func:`old_pass` with the old top-K TROLL's worker kept for ``batch`` added (a test that changes
+    the old distribution before the update hands it on the batch, :func:`update_batch`); as is on the seam."""
+    from troll_verl.integration.seam import seam_available
+
+    if not seam_available():
+        output.update(kept_old_fields(worker, batch))
+    return output
+
+
 def old_pass(worker, batch, temperature: float, store: bool = True, **flags):
-    """The old-log-prob pass as TROLL's trainer issues it (``store=False``: a reference-style pass). On a verl with the
-    seam, as verl's trainer issues it (``calculate_old_topk``), with TROLL's old top-K derived from verl's stored one
-    (``troll_old_*`` response-aligned, as TROLL's own pass stores it)."""
+    """The old-log-prob pass as verl's trainer issues it; TROLL's actor training worker keeps the old top-K
+    (:func:`kept_old_fields`). On a verl with the seam, with ``calculate_old_topk`` (``store=False``: without, a
+    reference-style pass) and TROLL's old top-K derived from verl's stored one (``troll_old_*`` response-aligned)
+    added to the output."""
     from verl.utils import tensordict_utils as tu
     from verl.utils.config import omega_conf_to_dataclass
     from verl.workers.utils.padding import response_from_nested
@@ -157,7 +178,6 @@ def old_pass(worker, batch, temperature: float, store: bool = True, **flags):
         calculate_entropy=True,
         compute_loss=False,
         temperature=temperature,
-        troll_store_old_topk=store,
         **({"calculate_old_topk": cfg.topk} if seam else {}),
         **flags,
     )
@@ -171,9 +191,13 @@ def old_pass(worker, batch, temperature: float, store: bool = True, **flags):
     return output
 
 
-def update_batch(batch, old_output, advantages: torch.Tensor, temperature: float, mini_batch_size: int, troll=True):
-    """The update pass's input: the batch plus the old pass's outputs, as verl's trainer assembles it (``troll``:
-    as TROLL's trainer tags it; False: as verl's own, for a clip baseline)."""
+def update_batch(
+    batch, old_output, advantages: torch.Tensor, temperature: float, mini_batch_size: int, troll=True, epochs: int = 1
+):
+    """The update pass's input: the batch plus the old pass's outputs, as verl's trainer assembles it (``troll``: on a
+    verl with the seam, with the seam's flag). ``troll_old_*`` fields in ``old_output`` (the seam's, or a test's
+    own) go on the batch, as bypass mode's rollout top-K does; without them TROLL's worker takes the ones it kept.
+    ``epochs``: verl's ``ppo_epochs``, passes over the batch in this one update."""
     from verl.utils import tensordict_utils as tu
     from verl.workers.utils.padding import response_from_nested
 
@@ -194,10 +218,9 @@ def update_batch(batch, old_output, advantages: torch.Tensor, temperature: float
         temperature=temperature,
         global_batch_size=mini_batch_size,
         mini_batch_size=mini_batch_size,
-        epochs=1,
+        epochs=epochs,
         seed=0,
         dataloader_kwargs={"shuffle": False},
-        troll_update=troll,
         **({"policy_loss_logits": True} if troll and seam_available() else {}),
     )
     return data
