@@ -32,11 +32,15 @@ ensure_bwrap() {
     command -v bwrap >/dev/null 2>&1 && return 0
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
         echo "[venv] installing bubblewrap (the sandbox for locally scored code)"
-        if ! DEBIAN_FRONTEND=noninteractive apt-get install -y -q bubblewrap >/dev/null 2>&1; then
-            apt-get update -q >/dev/null 2>&1 || true
-            DEBIAN_FRONTEND=noninteractive apt-get install -y -q bubblewrap >/dev/null 2>&1 \
-                || echo "[venv] WARNING: could not install bubblewrap; code rewards will run unsandboxed" >&2
+        local log
+        log=$(mktemp)
+        # a fresh image has no package lists: update first
+        if ! { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q bubblewrap; } >"$log" 2>&1; then
+            tail -5 "$log" >&2
+            echo "[venv] WARNING: could not install bubblewrap (apt's last lines above); code rewards will run" \
+                "unsandboxed, and the test suite's sandbox tests fail. Fix: apt-get install bubblewrap." >&2
         fi
+        rm -f "$log"
     else
         echo "[venv] NOTE: bubblewrap (bwrap) is missing; install it (e.g. sudo apt-get install bubblewrap) to" \
             "sandbox locally scored code" >&2

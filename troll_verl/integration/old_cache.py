@@ -23,6 +23,10 @@ shards or labels its rows (TransferQueue keys, a ``DataProto``'s uids). An entry
 log-probs of the pass that made it; the update takes an entry only where they equal the ``old_log_probs`` it
 received, so the ratio and the projection always use the same old policy. Any other row is a miss, and the worker
 recomputes (:class:`troll_verl.integration.workers.TrollActorTrainingWorker`).
+
+NOTE: equal sequences are common in GRPO groups (short answers), and two copies in different micro-batches can
+differ in the last bits (a packed micro-batch's kernels round by its length); a key keeps every distinct copy, and
+the update takes the one whose log-probs are exactly its row's.
 """
 
 from __future__ import annotations
@@ -68,10 +72,13 @@ class OldTopKCache:
     """
 
     def __init__(self):
-        self._entries: dict[bytes, _Entry] = {}
+        self._entries: dict[bytes, list[_Entry]] = {}
         self._generation = 0
+        # why the last take missed: sequences not kept, kept from another pass (and their largest log-prob gap)
+        self.last_misses: dict[str, float] = {}
 
     def __len__(self) -> int:
+        """How many distinct sequences are kept."""
         return len(self._entries)
 
     def put(self, data: TensorDict, full: dict[str, torch.Tensor], log_probs: torch.Tensor) -> None:
@@ -88,7 +95,9 @@ class OldTopKCache:
         per_field = [torch.split(full[key].detach().to("cpu"), sizes) for key in OLD_FIELDS]
         sampled = torch.split(response_values(log_probs, lengths).detach().to("cpu", torch.float32), sizes)
         for i, key in enumerate(row_keys(data)):
-            self._entries[key] = _Entry(tuple(f[i] for f in per_field), sampled[i], self._generation)
+            entry = _Entry(tuple(f[i] for f in per_field), sampled[i], self._generation)
+            copies = [e for e in self._entries.get(key, []) if not torch.equal(e.log_probs, entry.log_probs)]
+            self._entries[key] = [*copies, entry]
 
     def take(self, data: TensorDict, check_log_probs: bool = True) -> tuple[dict[str, torch.Tensor] | None, int]:
         """The old top-K of every sequence of ``data`` as nested ``(bsz, j, ...)`` tensors, if all are kept.
@@ -106,11 +115,25 @@ class OldTopKCache:
             old = response_values(data["old_log_probs"], lengths).detach().to("cpu", torch.float32)
             expected = torch.split(old, lengths.tolist())
         found = []
+        self.last_misses = {"not kept": 0, "other pass": 0, "max_abs_diff": 0.0}
         for i, key in enumerate(row_keys(data)):
-            entry = self._entries.get(key)
-            if entry is not None and expected is not None:
-                same = entry.log_probs.shape == expected[i].shape and torch.equal(entry.log_probs, expected[i])
-                entry = entry if same else None
+            copies = self._entries.get(key, [])
+            entry = copies[-1] if copies else None
+            if entry is None:
+                self.last_misses["not kept"] += 1
+            elif expected is not None:
+                same = [
+                    e
+                    for e in copies
+                    if e.log_probs.shape == expected[i].shape and torch.equal(e.log_probs, expected[i])
+                ]
+                if not same:
+                    self.last_misses["other pass"] += 1
+                    for e in copies:
+                        if e.log_probs.shape == expected[i].shape:
+                            diff = float((e.log_probs - expected[i]).abs().max())
+                            self.last_misses["max_abs_diff"] = max(self.last_misses["max_abs_diff"], diff)
+                entry = same[0] if same else None
             found.append(entry)
         hits = sum(entry is not None for entry in found)
         if hits < len(found):
@@ -123,15 +146,18 @@ class OldTopKCache:
         return fields, hits
 
     def log_probs(self, data: TensorDict) -> list[torch.Tensor]:
-        """The kept sampled-token log-probs ``(j,)`` of every sequence of ``data`` (all must be kept)."""
-        return [self._entries[key].log_probs for key in row_keys(data)]
+        """The latest kept sampled-token log-probs ``(j,)`` of every sequence of ``data`` (all must be kept), the
+        ones :meth:`take` without the check returns the fields of."""
+        return [self._entries[key][-1].log_probs for key in row_keys(data)]
 
     def end_update(self, data: TensorDict) -> None:
         """After an update: drop the entries it used, and those made before the previous update that no update took
         (an old pass whose update never came); entries made since for a later update stay."""
         for key in row_keys(data):
             self._entries.pop(key, None)
-        self._entries = {k: e for k, e in self._entries.items() if e.generation >= self._generation}
+        self._entries = {
+            k: kept for k, c in self._entries.items() if (kept := [e for e in c if e.generation >= self._generation])
+        }
         self._generation += 1
 
     def clear(self) -> None:

@@ -42,6 +42,8 @@ group on the CPU platform (:func:`troll_verl.platform.cpu.init_cpu_process_group
 
 from __future__ import annotations
 
+import logging
+import os
 import sys
 import time
 
@@ -72,6 +74,9 @@ __all__ = [
     "swap_worker_classes",
 ]
 
+logger = logging.getLogger(__name__)
+logger.setLevel(os.getenv("VERL_LOGGING_LEVEL", "INFO"))
+
 # the worker's metrics of where the update's old top-K came from (logged under actor/ by verl's trainers)
 OLD_PASS_METRICS = ("troll/old_pass_reused_frac", "troll/old_pass_recompute_s", "troll/old_from_rollout")
 
@@ -96,6 +101,7 @@ class TrollActorTrainingWorker(TrollTrainingWorker):
         super().__init__(config)
         self.troll_loss_fn: TrollLossFn | None = None
         self.old_topk_cache = OldTopKCache()
+        self._miss_reported = False  # the first miss is a warning, later ones info
 
     def set_loss_fn(self, loss_fn):
         """verl's closure; ``TrollLossFn`` instead where verl's ``ppo_loss`` closure names ``loss_mode=troll``."""
@@ -142,6 +148,15 @@ class TrollActorTrainingWorker(TrollTrainingWorker):
         if torch.distributed.is_initialized():
             torch.distributed.all_reduce(missed, op=torch.distributed.ReduceOp.MAX)
         if missed.item() > 0:
+            if fields is None:
+                log = logger.info if self._miss_reported else logger.warning
+                self._miss_reported = True
+                log(
+                    "TROLL: %d of %d sequences of this update were not served by the kept old top-K (%s); one no-grad "
+                    "pass over the shard recomputes it from the weights before the first optimizer step "
+                    "(troll/old_pass_recompute_s).",
+                    n - hits, n, self.old_topk_cache.last_misses,
+                )  # fmt: skip
             start = time.perf_counter()
             self._old_pass(data)
             fields, _ = self.old_topk_cache.take(data, check_log_probs=False)
