@@ -246,7 +246,7 @@ def test_detach_cpu_copy_breaks_the_alias_that_cpu_makes():
 def test_the_detach_worker_finds_a_saved_state_that_aliases_its_parameters():
     import torch
 
-    from troll_verl.integration.workers import _aliases_parameters
+    from troll_verl.integration.ray_workers import _aliases_parameters
     from troll_verl.platform.cpu import detach_cpu_copy
 
     module = torch.nn.Linear(3, 2)

@@ -91,8 +91,8 @@ def test_separate_async_old_topk_comes_from_pi_old(ray_cpu, tmp_path, monkeypatc
     from omegaconf import OmegaConf
     from verl.trainer.ppo.v1.trainer_base import PPOTrainer
 
+    from troll_verl.integration.ray_workers import TrollDetachActorWorker
     from troll_verl.integration.trainer import TrollTrainerSeparateAsync
-    from troll_verl.integration.workers import TrollDetachActorWorker
 
     model_dir = tiny_model_dir(str(tmp_path / "model"))
     cfg = compose_config(model_dir)

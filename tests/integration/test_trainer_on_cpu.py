@@ -27,13 +27,14 @@ from verl.workers.engine_workers import ActorRolloutRefWorker, TrainingWorker
 
 from troll_verl.integration.checks import validate_troll_config
 from troll_verl.integration.config import TrollPolicyLossConfig
+from troll_verl.integration.ray_workers import TrollDetachActorWorker
 from troll_verl.integration.trainer import (
     TROLL_TRAINERS,
     TrollTrainer,
     TrollTrainerColocateAsync,
     TrollTrainerSeparateAsync,
 )
-from troll_verl.integration.workers import TrollDetachActorWorker, TrollTrainingWorker
+from troll_verl.integration.workers import TrollTrainingWorker
 from troll_verl.testing.verl_engine import compose_config
 
 TROLL_CLASSES = [TrollTrainer, TrollTrainerColocateAsync, TrollTrainerSeparateAsync]

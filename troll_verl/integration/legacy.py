@@ -45,7 +45,7 @@ from troll_verl.rollout import SEEDED_AGENT_LOOP
 
 from .checks import uses_troll, validate_troll_config
 from .config import use_troll_policy_loss_config
-from .workers import swap_worker_classes
+from .ray_workers import swap_worker_classes
 
 logger = logging.getLogger(__name__)
 logger.setLevel(os.getenv("VERL_LOGGING_LEVEL", "INFO"))

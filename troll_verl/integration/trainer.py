@@ -59,8 +59,8 @@ from troll_verl.platform.cpu import cpu_platform_requested
 
 from .checks import troll_trainer_mode, uses_troll, validate_troll_config
 from .config import use_troll_policy_loss_config
+from .ray_workers import swap_worker_classes
 from .seam import seam_available
-from .workers import swap_worker_classes
 
 logger = logging.getLogger(__name__)
 logger.setLevel(os.getenv("VERL_LOGGING_LEVEL", "INFO"))

@@ -11,7 +11,7 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""TROLL's verl worker classes: the actor's training worker, where TROLL lives, and the CPU platform's workers.
+"""TROLL's training workers: the actor's, where TROLL lives, and the CPU platform's (critic, reference).
 
 :class:`TrollActorTrainingWorker` is verl's ``TrainingWorker`` for the actor. The plugin installs it as
 ``ActorRolloutRefWorker.actor_worker_cls`` (:mod:`troll_verl.integration.plugin`), so every verl trainer that builds
@@ -35,7 +35,9 @@ policy-loss logits seam:
   ``troll/old_from_rollout`` (1 where the old top-K is the rollout's).
 
 Where verl has the seam (:func:`troll_verl.integration.seam.seam_available`), verl's own worker runs TROLL and this
-class adds only the CPU platform's process group. Every worker class here first runs TROLL's start-up checks in its
+class adds only the CPU platform's process group. This module imports only ``verl.workers.engine_workers`` of verl's
+workers (the module whose loading installs these classes); the Ray worker classes TROLL's trainers swap in are in
+:mod:`troll_verl.integration.ray_workers`. Every worker class here first runs TROLL's start-up checks in its
 own process (:func:`troll_verl.integration.startup.check_training_worker_start`) and initialises a ``gloo`` process
 group on the CPU platform (:func:`troll_verl.platform.cpu.init_cpu_process_group`).
 """
@@ -49,15 +51,13 @@ import time
 
 import torch
 from tensordict import TensorDict
-from torch.distributed.tensor import DTensor
-from verl.experimental.separation.engine_workers import DetachActorWorker
-from verl.single_controller.base.decorator import Dispatch, make_nd_compute_dataproto_dispatch_fn, register
+from verl.single_controller.base.decorator import make_nd_compute_dataproto_dispatch_fn, register
 from verl.utils import tensordict_utils as tu
 from verl.workers.engine_workers import TrainingWorker
 
 from troll_verl.compat import VerlVersionError, ppo_loss_actor_config
 from troll_verl.core.layout import OLD_FIELDS
-from troll_verl.platform.cpu import detach_cpu_copy, init_cpu_process_group
+from troll_verl.platform.cpu import init_cpu_process_group
 
 from .checks import uses_troll
 from .loss_fn import TROLL_MODE_KEY, TrollLossFn
@@ -67,11 +67,9 @@ from .startup import check_training_worker_start
 
 __all__ = [
     "TrollActorTrainingWorker",
-    "TrollDetachActorWorker",
     "TrollTrainingWorker",
     "OLD_PASS_METRICS",
     "install_worker_classes",
-    "swap_worker_classes",
 ]
 
 logger = logging.getLogger(__name__)
@@ -185,59 +183,6 @@ def _replace_old_log_probs(data: TensorDict, log_probs: list[torch.Tensor]) -> N
     for i, row in enumerate(log_probs):
         new[i, : row.shape[0]] = row.to(device=old.device, dtype=old.dtype)
     data["old_log_probs"] = new
-
-
-class TrollDetachActorWorker(DetachActorWorker):
-    """verl's ``DetachActorWorker`` (``separate_async``: π_old saved to and restored from CPU), its π_old copied
-    where it would alias the live parameters. Its actor training worker is TROLL's, as for every actor worker."""
-
-    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
-    def save_model_to_cpu(self, n):
-        """verl's save of π_old, copied where the saved state would alias the live parameters."""
-        super().save_model_to_cpu(n)
-        # NOTE: verl's save moves the parameters' shards with .cpu(), which returns the live storage itself where
-        # the parameters already are on the CPU (the CPU platform; parameter offload between calls): π_old would
-        # follow every update. Copy the saved state wherever it aliases a parameter (see detach_cpu_copy).
-        if _aliases_parameters(self.cpu_saved_models[n], self.actor.engine.module):
-            self.cpu_saved_models[n] = detach_cpu_copy(self.cpu_saved_models[n])
-
-
-# verl's worker classes -> TROLL's, where a trainer builds them as Ray actors itself (the actor's training worker and
-# the reference's are chosen by verl's ActorRolloutRefWorker: the plugin sets those)
-_WORKER_SWAP = {
-    DetachActorWorker: TrollDetachActorWorker,
-    TrainingWorker: TrollTrainingWorker,
-}
-
-
-def swap_worker_classes(role_worker_mapping: dict) -> None:
-    """Replace verl's worker classes in a trainer's ``role_worker_mapping`` (role -> Ray actor class) by TROLL's, in
-    place (the v1 trainers and the legacy task runner alike); other classes stay."""
-    import ray
-
-    for role, remote_cls in list(role_worker_mapping.items()):
-        original = getattr(remote_cls, "__ray_actor_class__", remote_cls)
-        if original in _WORKER_SWAP:
-            role_worker_mapping[role] = ray.remote(_WORKER_SWAP[original])
-
-
-def _aliases_parameters(state, module) -> bool:
-    """Whether any tensor in ``state`` (tuples, lists, dicts walked) shares storage with a parameter of ``module``."""
-    live = set()
-    for param in module.parameters():
-        local = param.to_local() if isinstance(param, DTensor) else param  # a DTensor's shard on this rank
-        live.add(local.untyped_storage().data_ptr())
-    stack = [state]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, torch.Tensor):
-            if item.untyped_storage().data_ptr() in live:
-                return True
-        elif isinstance(item, (tuple, list)):
-            stack.extend(item)
-        elif isinstance(item, dict):
-            stack.extend(item.values())
-    return False
 
 
 def install_worker_classes(engine_workers) -> None:
