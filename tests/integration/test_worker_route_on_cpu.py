@@ -17,6 +17,7 @@ verl's ``ActorRolloutRefWorker`` in this process (its actor training worker TROL
 FSDP2 engine, a tiny Qwen2 (fp32, CPU); batches in verl v1's layout, as the trainer issues the two passes.
 """
 
+import json
 import math
 import os
 import runpy
@@ -43,7 +44,8 @@ pytestmark = pytest.mark.skipif(seam_available(), reason="on a verl with the sea
 # the case recorded on the trainer route before the worker route replaced it (tests/fixtures/worker_route/)
 _FIXTURE = os.path.join(os.path.dirname(__file__), "..", "fixtures", "worker_route")
 CASE = runpy.run_path(os.path.join(_FIXTURE, "record_reference.py"), run_name="worker_route_case")
-REFERENCE = __import__("json").load(open(os.path.join(_FIXTURE, "reference.json")))
+with open(os.path.join(_FIXTURE, "reference.json")) as _f:
+    REFERENCE = json.load(_f)
 VOCAB, TEMPERATURE, SEED = CASE["VOCAB"], CASE["TEMPERATURE"], CASE["SEED"]
 PROMPTS, RESPONSES = CASE["PROMPTS"], CASE["RESPONSES"]
 
