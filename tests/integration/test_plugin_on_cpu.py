@@ -11,7 +11,7 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Tests of troll_verl.integration.plugin: entry point, import hooks, version guard, collisions, CPU-platform gating.
+"""Tests of troll_verl.integration.plugin: entry point, import hooks, capability check, collisions, CPU-platform gating.
 
 verl swallows plugin import errors at DEBUG level, so each behaviour is checked in a fresh interpreter.
 """
@@ -134,27 +134,54 @@ def test_the_route_is_chosen_once_at_registration(monkeypatch):
     assert "seam_available" not in plugin.troll_policy_loss_stock.__code__.co_names
 
 
-def test_version_guard_names_the_range():
-    from troll_verl.compat import VerlVersionError, check_verl_version
+def _verl_tree(tmp_path, drop: tuple[str, str] | None = None):
+    """A copy of the installed verl's capability files (compat.VERL_CAPABILITIES) under tmp_path, with the statement
+    ``drop[1]`` removed from the file ``drop[0]``."""
+    from troll_verl.compat import VERL_CAPABILITIES, _verl_dir
 
-    assert check_verl_version("0.9.1") == "0.9.1"
-    for bad in ("0.8.2", "0.10.0", "1.0.0"):
-        with pytest.raises(VerlVersionError, match=r">=0\.9\.0 <0\.10.*found verl " + bad.replace(".", r"\.")):
-            check_verl_version(bad)
+    root = tmp_path / "verl"
+    for path, _ in VERL_CAPABILITIES.values():
+        rel = path.removeprefix("verl/")
+        text = open(os.path.join(_verl_dir(), rel)).read()
+        if drop is not None and drop[0] == path:
+            assert drop[1] in text
+            text = text.replace(drop[1], "")
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    return str(root)
 
 
-def test_untested_verl_is_an_explicit_loud_opt_in(monkeypatch, caplog):
-    from troll_verl.compat import ALLOW_UNTESTED_VERL_ENV, VerlVersionError, check_verl_version
+def test_the_capability_check_names_each_missing_capability(tmp_path, caplog):
+    from troll_verl.compat import (
+        VERL_CAPABILITIES,
+        VerlVersionError,
+        check_verl_capabilities,
+        missing_verl_capabilities,
+    )
 
-    with pytest.raises(VerlVersionError, match=ALLOW_UNTESTED_VERL_ENV + "=1"):
-        check_verl_version("0.10.0.dev0")
-    monkeypatch.setenv(ALLOW_UNTESTED_VERL_ENV, "1")
+    assert missing_verl_capabilities() == []  # the installed verl 0.9.1
+    assert missing_verl_capabilities(_verl_tree(tmp_path / "whole")) == []
+    for capability, (path, statements) in VERL_CAPABILITIES.items():
+        tree = _verl_tree(tmp_path / path.replace("/", "_"), drop=(path, statements[0]))
+        assert missing_verl_capabilities(tree) == [capability]
+        with pytest.raises(VerlVersionError, match=r"verl 0\.10\.0 lacks .*pip install 'verl\[verl-core\]==0\.9\.1'"):
+            check_verl_capabilities("0.10.0", tree)
+    assert missing_verl_capabilities(str(tmp_path / "nothing")) == list(VERL_CAPABILITIES)
+
+
+def test_a_verl_with_every_capability_runs_whatever_its_version_with_a_warning(tmp_path, caplog):
+    from troll_verl.compat import check_verl_capabilities
+
+    tree = _verl_tree(tmp_path)
     with caplog.at_level("WARNING", logger="troll_verl.compat"):
-        assert check_verl_version("0.10.0.dev0") == "0.10.0.dev0"
-    assert "UNTESTED verl 0.10.0.dev0" in caplog.text
-    monkeypatch.setenv(ALLOW_UNTESTED_VERL_ENV, "yes")  # only "1" opts in
-    with pytest.raises(VerlVersionError):
-        check_verl_version("0.10.0.dev0")
+        assert check_verl_capabilities("0.9.1", tree) == "0.9.1"
+    assert not caplog.records
+    for untested in ("0.10.0.dev0", "0.9.0.dev", "1.0.0"):  # main, neo and a release to come
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="troll_verl.compat"):
+            assert check_verl_capabilities(untested, tree) == untested
+        assert len(caplog.records) == (untested.split(".")[:2] != ["0", "9"])
+        assert all(f"verl {untested} has every capability" in r.getMessage() for r in caplog.records)
 
 
 def test_policy_loss_name_collision_is_refused():

@@ -89,18 +89,12 @@ def validate_troll_config(config) -> TrollPolicyLossConfig:
 
     actor = config.actor_rollout_ref.actor
     from troll_verl.bypass.mode import bypass_requested, check_bypass_config
-    from troll_verl.compat import has_v1_task_runner, legacy_trainer_has_data_plane, legacy_trainer_shape_note
+    from troll_verl.compat import has_v1_task_runner
 
     from .seam import seam_available
 
     if not OmegaConf.select(config, "trainer.use_v1", default=True):
         # verl's legacy trainer: verl's actor worker runs TROLL's training worker, as on the v1 trainers
-        if legacy_trainer_has_data_plane():
-            raise ValueError(
-                "TROLL on this verl's legacy trainer (trainer.use_v1=false) is not supported yet. "
-                + legacy_trainer_shape_note()
-                + "Run verl 0.9.x."
-            )
         if bypass_requested(config):
             raise ValueError(
                 "TROLL's bypass mode runs on verl's v1 trainer only: on the legacy trainer (trainer.use_v1=false) the "

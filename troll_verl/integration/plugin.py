@@ -78,7 +78,7 @@ from collections.abc import Callable
 
 from ..compat import (
     VerlVersionError,
-    check_verl_version,
+    check_verl_capabilities,
     engine_registry_entry,
     is_verls_rollout_loader,
     registered_policy_loss,
@@ -359,7 +359,7 @@ def register() -> None:
     global _REGISTERED
     if _REGISTERED:
         return
-    check_verl_version()
+    check_verl_capabilities()
     from troll_verl.platform.cpu import cpu_platform_requested
 
     when_imported("verl.trainer.ppo.core_algos", _register_policy_loss)

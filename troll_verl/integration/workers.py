@@ -55,7 +55,7 @@ from verl.single_controller.base.decorator import make_nd_compute_dataproto_disp
 from verl.utils import tensordict_utils as tu
 from verl.workers.engine_workers import TrainingWorker
 
-from troll_verl.compat import VerlVersionError, ppo_loss_actor_config
+from troll_verl.compat import ENGINE_BATCH_ADAPTER_METHODS, VerlVersionError, ppo_loss_actor_config
 from troll_verl.core.layout import OLD_FIELDS
 from troll_verl.platform.cpu import init_cpu_process_group
 
@@ -74,6 +74,9 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 logger.setLevel(os.getenv("VERL_LOGGING_LEVEL", "INFO"))
+
+# verl's neo shape: TrainingWorker's entry points adapt their batch and hand the engine's TensorDict to private methods
+ENGINE_BATCH_ADAPTER = all(hasattr(TrainingWorker, name) for name in ENGINE_BATCH_ADAPTER_METHODS)
 
 # the worker's metrics of where the update's old top-K came from (logged under actor/ by verl's trainers)
 OLD_PASS_METRICS = ("troll/old_pass_reused_frac", "troll/old_pass_recompute_s", "troll/old_from_rollout")
@@ -112,20 +115,40 @@ class TrollActorTrainingWorker(TrollTrainingWorker):
     @register(dispatch_mode=make_nd_compute_dataproto_dispatch_fn(mesh_name="train"), blocking=False)
     def infer_batch(self, data: TensorDict) -> TensorDict:
         """verl's forward-only pass; with TROLL (not a reference pass) it also keeps the old policy's top-K."""
-        if self.troll_loss_fn is not None and not tu.get_non_tensor_data(data, "no_lora_adapter", default=False):
-            tu.assign_non_tensor(data, compute_loss=True, distillation_use_topk=True, **{TROLL_MODE_KEY: "old"})
+        if not ENGINE_BATCH_ADAPTER:
+            self._mark_old_pass(data)
         return super().infer_batch(data)
 
     @register(dispatch_mode=make_nd_compute_dataproto_dispatch_fn(mesh_name="train"), blocking=False)
     def train_mini_batch(self, data: TensorDict) -> TensorDict:
         """verl's update; with TROLL the old top-K goes on ``data`` first and the logits hook computes TROLL's terms
         (verl's own log-prob on those logits skipped)."""
-        if self.troll_loss_fn is None:
+        if self.troll_loss_fn is None or ENGINE_BATCH_ADAPTER:
             return super().train_mini_batch(data)
+        return self._troll_update(data, super().train_mini_batch)
+
+    # verl's neo shape (ENGINE_BATCH_ADAPTER): the entry points above adapt the batch (a NeoProto view) to the engine's
+    # TensorDict and hand it to these two, where TROLL's passes then work (compat.ENGINE_BATCH_ADAPTER_METHODS)
+    def _infer_batch_impl(self, data: TensorDict) -> TensorDict:
+        self._mark_old_pass(data)
+        return super()._infer_batch_impl(data)
+
+    def _train_mini_batch_impl(self, data: TensorDict) -> TensorDict:
+        if self.troll_loss_fn is None:
+            return super()._train_mini_batch_impl(data)
+        return self._troll_update(data, super()._train_mini_batch_impl)
+
+    def _mark_old_pass(self, data: TensorDict) -> None:
+        """Turn on the logits hook for TROLL's old pass (not for a reference pass through the actor)."""
+        if self.troll_loss_fn is not None and not tu.get_non_tensor_data(data, "no_lora_adapter", default=False):
+            tu.assign_non_tensor(data, compute_loss=True, distillation_use_topk=True, **{TROLL_MODE_KEY: "old"})
+
+    def _troll_update(self, data: TensorDict, update) -> TensorDict:
+        """verl's ``update`` on ``data`` with the old top-K put on it and the logits hook on; the source metrics."""
         metrics = self._put_old_topk(data)
         tu.assign_non_tensor(data, distillation_use_topk=True, distillation_only=True, **{TROLL_MODE_KEY: "update"})
         try:
-            output = super().train_mini_batch(data)
+            output = update(data)
         finally:
             self.old_topk_cache.end_update(data)
         if output is not None:
