@@ -67,6 +67,17 @@ def test_guard_fills_unset_resources_on_the_cpu_platform(monkeypatch, cores, num
     assert config.ray_kwargs.ray_init.runtime_env.env_vars.VERL_PLATFORM == "cpu"
 
 
+def test_guard_adds_the_runtime_env_where_verls_config_has_none():
+    """verl's neo branch has no ray_kwargs.ray_init.runtime_env in its config."""
+    from omegaconf import open_dict
+
+    config = compose_config("m", *_CPU_RUN)
+    with open_dict(config):
+        del config.ray_kwargs.ray_init["runtime_env"]
+    apply_ray_resources(config)
+    assert config.ray_kwargs.ray_init.runtime_env.env_vars.VERL_PLATFORM == "cpu"
+
+
 def test_guard_refuses_what_would_hang_naming_the_setting():
     with pytest.raises(RayResourceError, match=r"ray_kwargs.ray_init.num_cpus=4 is below the 5 .*num_cpus=5"):
         apply_ray_resources(compose_config("m", *_CPU_RUN, "ray_kwargs.ray_init.num_cpus=4"))

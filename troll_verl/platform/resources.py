@@ -121,8 +121,8 @@ def apply_ray_resources(config: DictConfig) -> RayDemand:
             )
         with open_dict(config):
             env_vars = OmegaConf.select(config, "ray_kwargs.ray_init.runtime_env.env_vars", default=None)
-            if env_vars is None:
-                config.ray_kwargs.ray_init.runtime_env.env_vars = {}
+            if env_vars is None:  # verl 0.9.1's config has runtime_env, neo's has not
+                OmegaConf.update(config, "ray_kwargs.ray_init.runtime_env.env_vars", {}, force_add=True)
             config.ray_kwargs.ray_init.runtime_env.env_vars.VERL_PLATFORM = "cpu"
             # NOTE: Ray pins OMP_NUM_THREADS to an actor's logical CPUs (1 for verl's workers), so the FSDP actor and
             # vLLM's engine would each compute on one core. On the CPU platform they take turns (generation, then
