@@ -277,7 +277,10 @@ def rebuild_llm_client(client, cls):
 # ------------------------------------------------------------------------------ verl's vLLM worker extension (CPU)
 def extension_refits_full_weights_only(extension, vllm_config) -> bool:
     """Whether verl's colocated worker extension serves a full-precision model (no QAT, no quantization)."""
-    from verl.utils.vllm.vllm_quant_utils import is_quantized_model
+    try:
+        from verl.utils.vllm.vllm_quant_utils import is_quantized_model
+    except ImportError:  # verl main (1dda039, 0.10.0.dev) renamed it; upstream/verl_tree_check.sh runs this there
+        from verl.utils.vllm.vllm_quant_utils import is_fp8_model as is_quantized_model
 
     return not (extension._is_qat_model or extension._is_modelopt_qat or is_quantized_model(vllm_config))
 

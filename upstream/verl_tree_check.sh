@@ -178,8 +178,8 @@ if (cd "$ROOT" && VERL_PLATFORM=cpu VERL_FILE_LOGGER_PATH="$OUT/metrics.jsonl" t
     >"$OUT/run.log" 2>&1); then
     steps="$(grep -c '"critic/score/mean"' "$OUT/metrics.jsonl" 2>/dev/null || echo 0)"
     if [ "$steps" -ge "$STEPS" ]; then
-        record "tiny run" PASS "$steps steps; TROLL projected: $(grep -o '"actor/troll/projected_frac": [0-9.e-]*' \
-            "$OUT/metrics.jsonl" | tail -1)"
+        record "tiny run" PASS "$steps steps; per step $(grep -oE '"actor/troll/(projected_frac|bound_violation_max|old_pass_reused_frac)": ?[0-9.e-]+' \
+            "$OUT/metrics.jsonl" | sed 's/"actor\/troll\///; s/"//' | tr '\n' ' ')"
     else
         record "tiny run" FAIL "exit 0 but $steps of $STEPS steps logged"
     fi
