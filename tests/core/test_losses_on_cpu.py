@@ -338,6 +338,24 @@ def test_metrics_equal_their_definitions_on_the_terms():
         assert m[key] == pytest.approx(float(value), rel=1e-6, abs=1e-12), key  # projected_frac is fp32
 
 
+def test_a_bound_the_solver_cannot_reach_is_reported():
+    """With η capped far below what the projection needs, π̃ stays outside the KL ball: troll/bound_violation_max is
+    the largest excess KL(π̃ ‖ π_old) − bound over the response tokens, and 0 where the solver may go as far as it
+    needs."""
+    d = _batch(noise=3.0)
+    support = d["support"]()
+    _, free = _loss(d["old_lp"], None, d["adv"], d["mask"], "token-mean", _actor_config(kl_bound=0.05),
+                    support=support)  # fmt: skip
+    assert free["troll/projected_frac"] > 0 and free["troll/bound_violation_max"] <= 1e-6
+    capped = _actor_config(kl_bound=0.05, eta_max=1e-3)
+    _, m = _loss(d["old_lp"], None, d["adv"], d["mask"], "token-mean", capped, support=support)
+    terms, _ = troll_token_terms(support, capped.policy_loss.troll, row_mask=d["mask"])
+    excess = (terms.kl_after[d["mask"]].double() - 0.05).clamp_min(0.0).max()
+    assert m["troll/bound_violation_max"] > 0.05
+    assert m["troll/bound_violation_max"] == pytest.approx(float(excess), rel=1e-6)
+    assert m["troll/kl_after_max"] == pytest.approx(0.05 + m["troll/bound_violation_max"], rel=1e-6)
+
+
 def test_missing_support_and_bad_shapes_raise():
     d = _batch()
     cfg = _actor_config()
