@@ -24,7 +24,7 @@ trainer.use_v1=false`` runs :class:`TrollTaskRunner` instead, which adds:
   number, which verl's v1 agent loop passes and the legacy one does not (:class:`SeededRequests`).
 
 Not on this trainer yet, refused by :func:`troll_verl.integration.checks.validate_troll_config` with the fix: bypass
-mode (the rollout's top-K reaches the legacy trainer through no field).
+mode (the rollout's top-K reaches the worker's update as batch columns, and nothing turns it into the old fields yet).
 """
 
 from __future__ import annotations
