@@ -62,8 +62,9 @@ def test_refusals_name_the_setting(override, match):
 
 def test_the_legacy_trainer_runs_troll_but_not_its_bypass_mode():
     """trainer.use_v1=false is TROLL's legacy task runner (troll_verl.integration.legacy), whatever the v1 mode key
-    says; bypass mode is refused there naming both ways out (nothing turns the rollout's top-K into the old fields yet). With the seam (upstream/), verl's own
-    legacy trainer tags the passes, untried with TROLL: refused naming trainer.use_v1=true."""
+    says; bypass mode is refused there naming both ways out (nothing turns the rollout's top-K into the old fields
+    yet). With the seam (upstream/), verl's own legacy trainer tags the passes, untried with TROLL: refused naming
+    trainer.use_v1=true."""
     from troll_verl.integration.seam import seam_available
 
     with pytest.raises(ValueError, match=r"trainer\.use_v1=true, or algorithm\.rollout_correction\.bypass_mode=false"):
