@@ -79,6 +79,8 @@ import sys
 import time
 
 from troll_verl.tools.metrics_io import read_jsonl
+from troll_verl.tools.paired_stats import T975 as _T975
+from troll_verl.tools.paired_stats import fisher_exact_p, sign_flip_p, t_interval
 from troll_verl.tools.plotting import smooth
 from troll_verl.tools.quickstart import (
     MODELS,
@@ -512,39 +514,6 @@ def collect(results_dir: str, plan, target: float, val_key: str, steps: int) -> 
 
 
 # two-sided 95 % quantiles of Student's t by degrees of freedom (paired intervals over a few seeds)
-_T975 = {
-    1: 12.706,
-    2: 4.303,
-    3: 3.182,
-    4: 2.776,
-    5: 2.571,
-    6: 2.447,
-    7: 2.365,
-    8: 2.306,
-    9: 2.262,
-    10: 2.228,
-    11: 2.201,
-    12: 2.179,
-    13: 2.160,
-    14: 2.145,
-    15: 2.131,
-    16: 2.120,
-    17: 2.110,
-    18: 2.101,
-    19: 2.093,
-    20: 2.086,
-}
-
-
-def t_interval(diffs: list[float]) -> tuple[float, float, float]:
-    """Mean of paired differences and its two-sided 95 % t interval (``n - 1`` degrees of freedom)."""
-    if len(diffs) < 2:
-        raise ValueError(f"a t interval needs at least 2 paired seeds, got {len(diffs)}")
-    mean = statistics.mean(diffs)
-    half = _T975.get(len(diffs) - 1, 1.96) * statistics.stdev(diffs) / math.sqrt(len(diffs))
-    return mean, mean - half, mean + half
-
-
 def bootstrap_interval(diffs: list[float], resamples: int = 10_000, seed: int = 0) -> tuple[float, float]:
     """Percentile 95 % bootstrap interval of the mean of ``diffs`` (seeds resampled with replacement; a fixed
     generator, so a report regenerates to the same digits). With 3 seeds it has few distinct values: read it beside
@@ -677,20 +646,6 @@ STUDY = [
 STUDY_LABEL = {"troll": "TROLL", "clip": "clip", "dppo": "DPPO-KL"}
 
 
-def sign_flip_p(diffs: list[float]) -> float:
-    """Exact two-sided sign-flip p of the mean of paired differences: the share of the ``2**n`` sign assignments whose
-    mean is at least as far from 0 as the observed one (the observed assignment included)."""
-    n = len(diffs)
-    if n == 0 or n > 24:
-        raise ValueError(f"the exact sign-flip test enumerates 2**n assignments; n = {n}")
-    observed = abs(sum(diffs)) - 1e-12
-    hits = 0
-    for mask in range(2**n):
-        total = sum(-d if mask >> i & 1 else d for i, d in enumerate(diffs))
-        hits += abs(total) >= observed
-    return hits / 2**n
-
-
 def t_power(n: int, sd: float, effect: float = EFFECT, draws: int = 20_000, seed: int = 0) -> float:
     """Power of the two-sided 95 % paired t test with ``n`` pairs to detect a true mean difference ``effect`` when the
     differences have standard deviation ``sd`` (normal differences; Monte Carlo with a fixed generator)."""
@@ -702,17 +657,6 @@ def t_power(n: int, sd: float, effect: float = EFFECT, draws: int = 20_000, seed
         mean, half = statistics.mean(sample), quantile * statistics.stdev(sample) / math.sqrt(n)
         hits += mean - half > 0 or mean + half < 0
     return hits / draws
-
-
-def fisher_exact_p(a: int, n_a: int, b: int, n_b: int) -> float:
-    """Two-sided Fisher exact p for ``a`` of ``n_a`` against ``b`` of ``n_b`` (tables as likely or less)."""
-    total, k = n_a + n_b, a + b
-
-    def prob(x):
-        return math.comb(n_a, x) * math.comb(n_b, k - x) / math.comb(total, k)
-
-    observed = prob(a)
-    return min(1.0, sum(prob(x) for x in range(max(0, k - n_b), min(k, n_a) + 1) if prob(x) <= observed * (1 + 1e-9)))
 
 
 def adjusted_difference(diffs: list[float], covariate: list[float]) -> tuple[float, float, float]:

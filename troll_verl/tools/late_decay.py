@@ -1,0 +1,157 @@
+# Copyright 2026 The troll-verl authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""The late-decay study's plan as code (docs/benchmarks.md, "Late-decay study", fixed 2026-11-27 before its first run):
+each run's outcomes, the two-look sequential test of the paired primary outcome, its power, and the reading rules.
+
+Pure Python on a run's per-step metric rows (``troll_verl.tools.metrics_io``'s layout: one dict per step with
+``step``); no verl. A look is computed only at the plan's looks (12 and 24 pairs): :func:`look` refuses any other n.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import statistics
+
+from .paired_stats import fisher_exact_p, sign_flip_p, t_interval
+
+__all__ = [
+    "SEEDS",
+    "LOOKS",
+    "T_BOUNDS",
+    "PLANNING_SD",
+    "EFFECT",
+    "run_outcomes",
+    "look",
+    "sequential_power",
+    "reading",
+    "late_decay_counts",
+]
+
+REWARD_KEY = "critic/score/mean"
+KL_KEY = "actor/ppo_kl"
+ENTROPY_KEY = "actor/entropy"
+
+SEEDS = tuple(range(200, 224))  # stage 1: 24 pairs, run in this order, TROLL first
+LOOKS = (12, 24)  # the interim look (seeds 200-211) and the end
+# O'Brien-Fleming's two-look bounds for two-sided alpha 0.05 (|z| >= 2.797, then 1.977) at the same nominal two-sided p
+# on the paired t statistic with its own degrees of freedom
+T_BOUNDS = {12: 3.474, 24: 2.089}
+PLANNING_SD = 0.2
+EFFECT = 0.1  # "no late-decay difference larger than 0.1"
+LAST = (21, 30)  # the primary outcome's steps
+PEAK_FROM = 5  # the peak's trailing 5-step means start at step 5
+TARGET = 0.8  # steps to 0.8
+
+
+def _trailing(rewards: dict[int, float], step: int, width: int = 5) -> float:
+    return statistics.mean(rewards[s] for s in range(step - width + 1, step + 1))
+
+
+def run_outcomes(rows: list[dict], val_key: str, steps: int = 30) -> dict:
+    """One run's outcomes by the plan.
+
+    Args:
+        rows: the run's per-step metric rows (``step`` and the metrics; the training steps 1..``steps`` must all be
+            there, validation rows may be separate or merged).
+        val_key: the run's greedy validation accuracy metric.
+
+    Returns:
+        ``last10`` (mean train reward over steps 21-30), ``peak`` (largest trailing 5-step mean over steps 5-30),
+        ``late_decay`` (last10 below half the peak), ``below_0_2``, ``held_out`` ({10, 20, 30: accuracy or None}),
+        ``kl_mean`` and ``kl_max`` (of ``actor/ppo_kl`` over steps), ``entropy_last10``, ``steps_to_0_8`` (31: never).
+    """
+    rewards = {int(r["step"]): float(r[REWARD_KEY]) for r in rows if REWARD_KEY in r}
+    missing = [s for s in range(1, steps + 1) if s not in rewards]
+    if missing:
+        raise ValueError(f"the run lacks the train reward of steps {missing}; the plan reads every step 1-{steps}")
+    last10 = statistics.mean(rewards[s] for s in range(LAST[0], LAST[1] + 1))
+    peak = max(_trailing(rewards, s) for s in range(PEAK_FROM, steps + 1))
+    kls = [float(r[KL_KEY]) for r in rows if KL_KEY in r]
+    entropy = [float(r[ENTROPY_KEY]) for r in rows if ENTROPY_KEY in r and LAST[0] <= int(r["step"]) <= LAST[1]]
+    held_out = {s: None for s in (10, 20, 30)}
+    for r in rows:
+        if val_key in r and int(r["step"]) in held_out:
+            held_out[int(r["step"])] = float(r[val_key])
+    reach = [s for s in range(PEAK_FROM, steps + 1) if _trailing(rewards, s) >= TARGET]
+    return {
+        "last10": last10,
+        "peak": peak,
+        "late_decay": last10 < peak / 2,
+        "below_0_2": last10 < 0.2,
+        "held_out": held_out,
+        "kl_mean": statistics.mean(kls) if kls else None,
+        "kl_max": max(kls) if kls else None,
+        "entropy_last10": statistics.mean(entropy) if entropy else None,
+        "steps_to_0_8": reach[0] if reach else steps + 1,
+    }
+
+
+def look(diffs: list[float]) -> dict:
+    """The plan's look at ``n = len(diffs)`` pairs (TROLL − clip in last-10 reward, seeds in the plan's order).
+
+    Returns:
+        ``n``, ``mean``, ``lo``/``hi`` (95 % t interval), ``t``, ``bound``, ``crossed`` (|t| >= bound),
+        ``sign_flip_p`` (exact, two-sided), ``sd``.
+
+    Raises:
+        ValueError: ``n`` is not one of :data:`LOOKS` (the plan allows no other look).
+    """
+    n = len(diffs)
+    if n not in T_BOUNDS:
+        raise ValueError(f"the plan looks at {LOOKS[0]} and {LOOKS[1]} pairs only, not at {n}: no unplanned look")
+    mean, lo, hi = t_interval(diffs)
+    sd = statistics.stdev(diffs)
+    t = mean / (sd / math.sqrt(n)) if sd > 0 else math.copysign(math.inf, mean) if mean else 0.0
+    return {"n": n, "mean": mean, "lo": lo, "hi": hi, "t": t, "bound": T_BOUNDS[n], "crossed": abs(t) >= T_BOUNDS[n],
+            "sign_flip_p": sign_flip_p(diffs), "sd": sd}  # fmt: skip
+
+
+def sequential_power(effect: float, sd: float, draws: int = 40_000, seed: int = 0) -> float:
+    """Probability that the two-look design crosses a bound (either sign) when the paired differences are normal with
+    mean ``effect`` and SD ``sd`` (Monte Carlo with a fixed generator, as the plan's power was computed)."""
+    rng, hits = random.Random(seed), 0
+    first, last = LOOKS
+    for _ in range(draws):
+        sample = [rng.gauss(effect, sd) for _ in range(last)]
+        for n in LOOKS:
+            part = sample[:n]
+            t = statistics.mean(part) / (statistics.stdev(part) / math.sqrt(n))
+            if abs(t) >= T_BOUNDS[n]:
+                hits += 1
+                break
+    return hits / draws
+
+
+def reading(result: dict, final: bool) -> str:
+    """The plan's reading rule for a look (``final``: the stage's last look, crossed or the end)."""
+    span = f"{result['mean']:+.3f} [{result['lo']:+.3f}, {result['hi']:+.3f}]"
+    if not final:
+        return f"the bound was not crossed at the look ({span}, |t| {abs(result['t']):.2f} < {result['bound']}): run on"
+    if result["crossed"] and (result["lo"] > 0 or result["hi"] < 0):
+        if result["lo"] > 0:
+            return f"clip decayed late where TROLL held: {span} over the last 10 steps"
+        return f"TROLL decayed late where clip held: {span} over the last 10 steps"
+    if -EFFECT < result["lo"] and result["hi"] < EFFECT:
+        return f"no late-decay difference larger than {EFFECT} ({span})"
+    return (f"inconclusive ({span}; power for +0.10 at the planning SD {PLANNING_SD}: "
+            f"{sequential_power(0.1, PLANNING_SD):.0%}, at the observed SD {result['sd']:.3f}: "
+            f"{sequential_power(0.1, result['sd']):.0%})")  # fmt: skip
+
+
+def late_decay_counts(troll: list[dict], clip: list[dict]) -> dict:
+    """The secondary late-decay comparison: counts per arm and the two-sided Fisher exact p."""
+    a, b = sum(r["late_decay"] for r in troll), sum(r["late_decay"] for r in clip)
+    return {"troll": a, "clip": b, "n_troll": len(troll), "n_clip": len(clip),
+            "fisher_p": fisher_exact_p(a, len(troll), b, len(clip))}  # fmt: skip
