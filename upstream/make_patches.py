@@ -309,6 +309,8 @@ EDITS = {
         ),
         sub(r"ratio_level=ratio_level, tail=tail, topk=K\)", "ratio_level=ratio_level, topk=K)"),
         drop("test_tail_bucket_gradient_pulls_leaked_mass_back"),
+        # it caps eta through the config's eta_max, a constant upstream
+        drop("test_a_bound_the_solver_cannot_reach_is_reported"),
     ],
     "tests/integration/test_seam_on_cpu.py": [
         # the hook runs with TrollConfig.mass_delta, a constant upstream
@@ -469,21 +471,22 @@ def pristine_tree(work: Path) -> Path:
     work.mkdir(parents=True, exist_ok=True)
     sdist = work / f"verl-{VERL_VERSION}.tar.gz"
     wheelhouse = os.environ.get("TROLL_VERL_WHEELHOUSE")  # the test suite's install step fetched it there
-    if wheelhouse and (not sdist.is_file() or sdist.stat().st_size == 0):
-        fetched = Path(wheelhouse) / sdist.name
-        if not fetched.is_file():
-            raise SystemExit(
-                f"{sdist.name} is not in TROLL_VERL_WHEELHOUSE={wheelhouse}: with that variable set nothing is "
-                "downloaded during a run. Run .venv/bin/python scripts/prefetch.py first (scripts/test.sh does), or "
-                "unset TROLL_VERL_WHEELHOUSE to download it now."
-            )
-        shutil.copyfile(fetched, sdist)
     if not sdist.is_file() or sdist.stat().st_size == 0:
-        subprocess.run(
-            [sys.executable, "-m", "pip", "download", "--disable-pip-version-check", "-q", "--no-deps",
-             "--no-binary", ":all:", "-d", str(work), f"verl=={VERL_VERSION}"],
-            check=True,
-        )  # fmt: skip
+        if wheelhouse:
+            fetched = Path(wheelhouse) / sdist.name
+            if not fetched.is_file():
+                raise SystemExit(
+                    f"{sdist.name} is not in TROLL_VERL_WHEELHOUSE={wheelhouse}: with that variable set nothing is "
+                    "downloaded during a run. Run .venv/bin/python scripts/prefetch.py first (scripts/test.sh does), "
+                    "or unset TROLL_VERL_WHEELHOUSE to download it now."
+                )
+            shutil.copyfile(fetched, sdist)
+        else:
+            subprocess.run(
+                [sys.executable, "-m", "pip", "download", "--disable-pip-version-check", "-q", "--no-deps",
+                 "--no-binary", ":all:", "-d", str(work), f"verl=={VERL_VERSION}"],
+                check=True,
+            )  # fmt: skip
     tree = work / f"verl-{VERL_VERSION}"
     shutil.rmtree(tree, ignore_errors=True)
     with tarfile.open(sdist) as tar:
