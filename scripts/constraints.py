@@ -112,8 +112,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.refresh:
-        CONSTRAINTS.write_text(render(installed()))
-        print(f"wrote {len(installed())} pins to {CONSTRAINTS.relative_to(ROOT)}")
+        versions = installed()
+        CONSTRAINTS.write_text(render(versions))
+        print(f"wrote {len(versions)} pins to {CONSTRAINTS.relative_to(ROOT)}")
         return 0
     problems = differences(installed(), read())
     if problems:
