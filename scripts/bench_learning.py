@@ -78,6 +78,7 @@ import subprocess
 import sys
 import time
 
+from troll_verl.tools import late_decay
 from troll_verl.tools.metrics_io import read_jsonl
 from troll_verl.tools.paired_stats import T975 as _T975
 from troll_verl.tools.paired_stats import fisher_exact_p, sign_flip_p, t_interval
@@ -790,19 +791,28 @@ def study_report(results: dict) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
-STUDY_BLOCK = re.compile(r"(<!-- report: [^\n]*--study[^\n]* -->\n)(.*?)(<!-- end report -->)", flags=re.S)
+# the studies --study reports: the powered study (--study alone) and the late-decay study's stage 1
+STUDIES = ("powered", "late_decay")
 
 
-def write_study_docs(path: str, report: str) -> int:
-    """Rewrite, in the Markdown file ``path``, every block between ``<!-- report: <a --study command> -->`` and
+def study_block(study: str) -> re.Pattern:
+    """The docs block of ``study``'s tables: ``<!-- report: <its --study command> -->`` ... ``<!-- end report -->``
+    (the powered study's command is ``--study`` followed by another option or nothing)."""
+    flag = r"--study late_decay\b" if study == "late_decay" else r"--study(?= --| -->)"
+    return re.compile(rf"(<!-- report: [^\n]*{flag}[^\n]* -->\n)(.*?)(<!-- end report -->)", flags=re.S)
+
+
+def write_study_docs(path: str, report: str, study: str = "powered") -> int:
+    """Rewrite, in the Markdown file ``path``, every block between ``<!-- report: <study's --study command> -->`` and
     ``<!-- end report -->`` with ``report`` (what that command prints); returns the number of blocks rewritten.
     tests/tools/test_benchmarks_on_cpu.py checks that the committed blocks are what the command prints today."""
     with open(path) as f:
         text = f.read()
-    new, count = STUDY_BLOCK.subn(lambda m: m.group(1) + "\n" + report + "\n" + m.group(3), text)
+    new, count = study_block(study).subn(lambda m: m.group(1) + "\n" + report + "\n" + m.group(3), text)
+    command = "--study" if study == "powered" else f"--study {study}"
     if count == 0:
-        raise SystemExit(f"--docs {path}: no '<!-- report: ... --study ... -->' ... '<!-- end report -->' block; add "
-                         "one whose marker names the --study command, where the tables belong")  # fmt: skip
+        raise SystemExit(f"--docs {path}: no '<!-- report: ... {command} ... -->' ... '<!-- end report -->' block; "
+                         f"add one whose marker names the {command} command, where the tables belong")  # fmt: skip
     if new != text:
         with open(path + ".tmp", "w") as f:
             f.write(new)
@@ -957,8 +967,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--study",
-        action="store_true",
-        help="run nothing: print the powered study's tables (and --plot) from --results-dir",
+        nargs="?",
+        const="powered",
+        default=None,
+        choices=STUDIES,
+        help="run nothing: print a study's tables from --results-dir: the powered study's (and --plot) with --study "
+        "alone, the late-decay study's stage 1 with --study late_decay (before its interim look only the progress)",
     )
     parser.add_argument("--docs", default=None,
                         help="with --study: also write the tables into this Markdown file, replacing its block "
@@ -975,6 +989,12 @@ def main(argv=None) -> int:
 
     model = cpu_model(args.model, args.task_hi)
     results_dir = args.results_dir or os.path.join(args.out_dir, "raw")
+    if args.study == "late_decay":
+        text = late_decay.report(results_dir)
+        print(text)
+        if args.docs:
+            print(f"docs: {write_study_docs(args.docs, text, args.study)} block(s) of {args.docs} rewritten")
+        return 0
     if args.study:
         results = collect_study(results_dir)
         tables = study_report(results)

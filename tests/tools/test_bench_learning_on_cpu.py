@@ -332,6 +332,22 @@ def test_the_study_report_regenerates_from_raw_results(tmp_path, capsys, monkeyp
         bl.main(["--results-dir", str(tmp_path), "--docs", str(docs)])
 
 
+def test_each_study_rewrites_only_its_own_docs_block(tmp_path, capsys):
+    """``--study`` and ``--study late_decay`` share a page (docs/benchmarks.md): each command rewrites the block whose
+    marker names it and leaves the other's as it is."""
+    powered = "<!-- report: .venv/bin/python scripts/bench_learning.py --study --results-dir a -->"
+    late = "<!-- report: .venv/bin/python scripts/bench_learning.py --study late_decay --results-dir b -->"
+    docs = tmp_path / "page.md"
+    docs.write_text(f"{powered}\npowered tables\n<!-- end report -->\n{late}\nold\n<!-- end report -->\n")
+    assert bl.main(["--study", "late_decay", "--results-dir", str(tmp_path / "none"), "--docs", str(docs)]) == 0
+    page = docs.read_text()
+    assert "powered tables" in page and "old" not in page
+    assert "0 of 24 pairs finished" in page and "No outcome is shown before the interim look" in page
+    docs.write_text(f"{powered}\npowered tables\n<!-- end report -->\n")
+    with pytest.raises(SystemExit, match="no '<!-- report: ... --study late_decay"):
+        bl.main(["--study", "late_decay", "--results-dir", str(tmp_path / "none"), "--docs", str(docs)])
+
+
 def test_stage_4_confirms_the_maps_signal_only_when_the_interval_favours_troll(tmp_path, monkeypatch):
     """Stage 4's rule: an interval that excludes 0 in TROLL's favour confirms the map's lr 1e-4 signal, any other
     result (clip ahead, or an interval across 0) withdraws it; its reading names lr 1e-4, not the paper's schedule."""

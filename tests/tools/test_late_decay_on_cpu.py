@@ -91,3 +91,39 @@ def test_the_exact_sign_flip_p_equals_the_enumeration_of_every_assignment():
     cases += [[round(rng.gauss(0.05, 0.2), 2) for _ in range(n)] for n in (1, 2, 5, 8, 11) for _ in range(10)]
     for d in cases:
         assert sign_flip_p(d) == every_assignment(d), d
+
+
+def _write_run(root, loss, seed, rewards, val=None):
+    import json
+
+    folder = root / ld.VARIANT / loss
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / f"seed{seed}.jsonl", "w") as f:
+        for row in _run(rewards, val):
+            f.write(json.dumps({"step": row.pop("step"), "data": row}) + "\n")
+    (folder / f"seed{seed}.json").write_text(json.dumps({"val_key": VAL, "steps": 30}))
+
+
+def test_the_report_shows_nothing_before_the_interim_look_and_the_look_at_it(tmp_path):
+    held, decayed = [0.9] * 30, [0.9] * 20 + [0.2] * 10
+    for i, seed in enumerate(ld.SEEDS[:11]):
+        _write_run(tmp_path, "troll", seed, held, {10: 0.8, 20: 0.8, 30: 0.8})
+        _write_run(tmp_path, "clip", seed, [r - 0.01 * i for r in decayed], {10: 0.8, 20: 0.7, 30: 0.5})
+    _write_run(tmp_path, "troll", ld.SEEDS[11], held)  # the 12th pair is not finished
+    out = ld.report(str(tmp_path))
+    assert "11 of 24 pairs finished (12 TROLL and 11 clip runs" in out
+    assert "No outcome is shown" in out and "|" not in out and "0.7" not in out
+    _write_run(tmp_path, "clip", ld.SEEDS[11], decayed)
+    out = ld.report(str(tmp_path), draws=500)
+    assert "12 of 24 pairs" in out and "| interim | 12 | +0.7" in out and "| end |" not in out
+    assert "Reading: clip decayed late where TROLL held: +0.7" in out  # crossed at the look: the stage's end
+    assert "| late decay (runs) | 0/12 | 12/12" in out and "Achieved power" in out
+    assert "held-out accuracy at step 30, TROLL − clip | +0.300" in out
+
+
+def test_a_look_that_does_not_cross_runs_on_to_the_end(tmp_path):
+    for i, seed in enumerate(ld.SEEDS[:12]):
+        _write_run(tmp_path, "troll", seed, [0.5 + 0.02 * (i % 3 - 1)] * 30)
+        _write_run(tmp_path, "clip", seed, [0.5] * 30)
+    out = ld.report(str(tmp_path))
+    assert "| interim | 12 |" in out and "run on" in out and "secondary" not in out

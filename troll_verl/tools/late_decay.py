@@ -134,8 +134,9 @@ def sequential_power(effect: float, sd: float, draws: int = 40_000, seed: int = 
     return hits / draws
 
 
-def reading(result: dict, final: bool) -> str:
-    """The plan's reading rule for a look (``final``: the stage's last look, crossed or the end)."""
+def reading(result: dict, final: bool, draws: int = 40_000) -> str:
+    """The plan's reading rule for a look (``final``: the stage's last look, crossed or the end; ``draws``: the power
+    simulation's, the plan's 40,000 unless a test asks for fewer)."""
     span = f"{result['mean']:+.3f} [{result['lo']:+.3f}, {result['hi']:+.3f}]"
     if not final:
         return f"the bound was not crossed at the look ({span}, |t| {abs(result['t']):.2f} < {result['bound']}): run on"
@@ -146,8 +147,8 @@ def reading(result: dict, final: bool) -> str:
     if -EFFECT < result["lo"] and result["hi"] < EFFECT:
         return f"no late-decay difference larger than {EFFECT} ({span})"
     return (f"inconclusive ({span}; power for +0.10 at the planning SD {PLANNING_SD}: "
-            f"{sequential_power(0.1, PLANNING_SD):.0%}, at the observed SD {result['sd']:.3f}: "
-            f"{sequential_power(0.1, result['sd']):.0%})")  # fmt: skip
+            f"{sequential_power(0.1, PLANNING_SD, draws):.0%}, at the observed SD {result['sd']:.3f}: "
+            f"{sequential_power(0.1, result['sd'], draws):.0%})")  # fmt: skip
 
 
 def late_decay_counts(troll: list[dict], clip: list[dict]) -> dict:
@@ -155,3 +156,104 @@ def late_decay_counts(troll: list[dict], clip: list[dict]) -> dict:
     a, b = sum(r["late_decay"] for r in troll), sum(r["late_decay"] for r in clip)
     return {"troll": a, "clip": b, "n_troll": len(troll), "n_clip": len(clip),
             "fisher_p": fisher_exact_p(a, len(troll), b, len(clip))}  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# the report (scripts/bench_learning.py --study late_decay): only what the plan allows at the pairs finished so far
+
+VARIANT = "late8"
+
+
+def collect(results_dir: str) -> dict[str, dict[int, dict]]:
+    """Each finished stage-1 run's outcomes, ``{loss: {seed: run_outcomes(...)}}``, from the committed raw files
+    ``<results_dir>/late8/<loss>/seed<N>.jsonl`` (and the ``.json`` record naming its validation metric)."""
+    import json
+    import os
+
+    from .metrics_io import read_jsonl
+
+    runs: dict[str, dict[int, dict]] = {"troll": {}, "clip": {}}
+    for loss, by_seed in runs.items():
+        for seed in SEEDS:
+            path = os.path.join(results_dir, VARIANT, loss, f"seed{seed}")
+            if os.path.isfile(path + ".jsonl") and os.path.isfile(path + ".json"):
+                with open(path + ".json") as f:
+                    record = json.load(f)
+                by_seed[seed] = run_outcomes(read_jsonl(path + ".jsonl"), record["val_key"], record["steps"])
+    return runs
+
+
+def _pairs(runs: dict[str, dict[int, dict]]) -> list[int]:
+    """The seeds, in the plan's order, up to the first one whose pair has not finished."""
+    done = []
+    for seed in SEEDS:
+        if seed not in runs["troll"] or seed not in runs["clip"]:
+            break
+        done.append(seed)
+    return done
+
+
+def _failed_attempts(results_dir: str) -> int:
+    import os
+
+    path = os.path.join(results_dir, "failed_attempts.jsonl")
+    if not os.path.isfile(path):
+        return 0
+    with open(path) as f:
+        return sum(1 for line in f if line.strip())
+
+
+def report(results_dir: str, draws: int = 40_000) -> str:
+    """Stage 1's report by the plan: before the 12th pair only the progress (no outcome, no statistic); at a look its
+    paired statistic and reading; at the stage's last look also the secondary outcomes and the achieved power
+    (``draws``: the power simulation's, the plan's 40,000 unless a test asks for fewer)."""
+    runs = collect(results_dir)
+    pairs = _pairs(runs)
+    n = len(pairs)
+    lines = [
+        f"**Stage 1 (late8, seeds {SEEDS[0]}-{SEEDS[-1]}):** {n} of {len(SEEDS)} pairs finished "
+        f"({len(runs['troll'])} TROLL and {len(runs['clip'])} clip runs; {_failed_attempts(results_dir)} failed or "
+        "stopped attempts recorded in failed_attempts.jsonl).",
+        "",
+    ]
+    if n < LOOKS[0]:
+        lines.append(f"No outcome is shown before the interim look at {LOOKS[0]} pairs (the plan: no unplanned look).")
+        return "\n".join(lines) + "\n"
+    first = look([runs["troll"][s]["last10"] - runs["clip"][s]["last10"] for s in pairs[: LOOKS[0]]])
+    looks = [first]
+    if not first["crossed"] and n >= LOOKS[1]:
+        looks.append(look([runs["troll"][s]["last10"] - runs["clip"][s]["last10"] for s in pairs[: LOOKS[1]]]))
+    final = looks[-1]["crossed"] or looks[-1]["n"] == LOOKS[1]
+    lines += ["| look | pairs | TROLL − clip, last-10 reward [95 % CI] | t | bound | sign-flip p |",
+              "|---|---|---|---|---|---|"]  # fmt: skip
+    for result in looks:
+        lines.append(f"| {'interim' if result['n'] == LOOKS[0] else 'end'} | {result['n']} | {result['mean']:+.3f} "
+                     f"[{result['lo']:+.3f}, {result['hi']:+.3f}] | {result['t']:+.2f} | {result['bound']} | "
+                     f"{result['sign_flip_p']:.4f} |")  # fmt: skip
+    lines += ["", f"Reading: {reading(looks[-1], final, draws)}."]
+    if not final:
+        return "\n".join(lines) + "\n"
+    used = pairs[: looks[-1]["n"]]
+    troll, clip = [runs["troll"][s] for s in used], [runs["clip"][s] for s in used]
+    counts = late_decay_counts(troll, clip)
+    sd = looks[-1]["sd"]
+    power = ", ".join(f"+{e:.2f}: {sequential_power(e, PLANNING_SD, draws):.0%} at SD {PLANNING_SD} and "
+                      f"{sequential_power(e, sd, draws):.0%} at the observed {sd:.3f}"
+                      for e in (0.10, 0.15))  # fmt: skip
+    lines += ["", f"Achieved power ({power}).", "", "| secondary | TROLL | clip |", "|---|---|---|",
+              f"| late decay (runs) | {counts['troll']}/{counts['n_troll']} | {counts['clip']}/{counts['n_clip']} "
+              f"(Fisher p {counts['fisher_p']:.3f}) |",
+              f"| ended below 0.2 (runs) | {sum(r['below_0_2'] for r in troll)} | "
+              f"{sum(r['below_0_2'] for r in clip)} |"]  # fmt: skip
+    for key, label in (("kl_mean", "update KL, mean"), ("kl_max", "update KL, largest step"),
+                       ("entropy_last10", "entropy, steps 21-30"), ("steps_to_0_8", "steps to 0.8")):  # fmt: skip
+        a, b = ([r[key] for r in arm if r[key] is not None] for arm in (troll, clip))
+        lines.append(f"| {label} (mean) | {statistics.mean(a):.4g} | {statistics.mean(b):.4g} |" if a and b else
+                     f"| {label} | n/a | n/a |")  # fmt: skip
+    for step in (10, 20, 30):
+        d = [t["held_out"][step] - c["held_out"][step] for t, c in zip(troll, clip, strict=True)
+             if t["held_out"][step] is not None and c["held_out"][step] is not None]  # fmt: skip
+        if len(d) >= 2:
+            mean, lo, hi = t_interval(d)
+            lines.append(f"| held-out accuracy at step {step}, TROLL − clip | {mean:+.3f} [{lo:+.3f}, {hi:+.3f}] | |")
+    return "\n".join(lines) + "\n"
