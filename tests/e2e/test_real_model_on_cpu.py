@@ -18,8 +18,10 @@ benchmarks that need it at a tiny size.
 Two launches, module-scoped fixtures returning finished runs:
 
 - ``same_weights``: one mini-batch per step, so the update sees exactly the old pass's weights;
-- ``tight_bypass``: bypass mode (the old distribution from vLLM's top-64) with two mini-batches and two epochs at a
-  tight bound, so the later updates leave the ball and get projected. The mismatch between the rollout and the actor
+- ``tight_bypass``: bypass mode (the old distribution from vLLM's top-64) on verl's legacy trainer
+  (``trainer.use_v1=false``: the top-K reaches TROLL's training worker as the agent loop's columns; the v1 trainers'
+  bypass step runs in tests/e2e/test_tiny_runs_on_cpu.py) with two mini-batches and two epochs at a tight bound, so
+  the later updates leave the ball and get projected. The mismatch between the rollout and the actor
   is measured on each step's first micro-batch, before any update, where fp32 leaves rounding only.
 """
 
@@ -79,7 +81,7 @@ def tight_bypass(smollm2, tmp_path_factory):
     returncode, log, rows = _train(
         smollm2, run_dir, "actor_rollout_ref.actor.ppo_epochs=2", "actor_rollout_ref.actor.optim.lr=1e-4",
         f"actor_rollout_ref.actor.policy_loss.kl_bound={TIGHT}", "algorithm.rollout_correction.bypass_mode=true",
-        f"trainer.rollout_data_dir={run_dir}/rollouts",
+        "trainer.use_v1=false", f"trainer.rollout_data_dir={run_dir}/rollouts",
     )  # fmt: skip
     return returncode, log, rows, run_dir
 
@@ -123,17 +125,19 @@ def test_two_epochs_at_a_tight_bound_keep_it_on_every_token(tight_bypass):
 
 
 def test_bypass_mode_projects_around_the_rollout_policy(tight_bypass):
-    """No old-log-prob pass (verl writes ``actor/entropy`` right after it, and it is absent); the old distribution is
-    vLLM's top-64; before each step's first update the actor and the rollout differ by fp32 numerics alone, so the
-    mismatch stays far below the bound and projects nothing."""
+    """On the legacy trainer: no old-log-prob pass (verl writes ``actor/entropy`` right after it, and it is absent),
+    and TROLL's worker neither recomputed nor reused one: the old distribution is vLLM's top-64, from the agent loop's
+    columns; before each step's first update the actor and the rollout differ by fp32 numerics alone, so the mismatch
+    stays far below the bound and projects nothing."""
     returncode, log, rows, _ = tight_bypass
     assert returncode == 0, log[-4000:]
-    assert "TROLL bypass mode: no old-log-prob pass" in log
+    assert "TROLL bypass mode: no old-log-prob pass" in log and "TROLL TaskRunner (legacy trainer)" in log
     for r in rows:
         assert "actor/entropy" not in r
+        assert r["actor/troll/old_from_rollout"] == 1.0 and r["actor/troll/old_pass_recompute_s"] == 0.0
         assert abs(r["actor/troll/mismatch_kl"]) < 1e-5, r["actor/troll/mismatch_kl"]  # measured: 2e-8 to 5e-8
         assert r["actor/troll/mismatch_projected_frac"] == 0.0
-        assert 0.0 <= r["troll/rollout_tail_mass"] < 1.0
+        assert 0.0 < r["actor/troll/rollout_tail_mass"] < 1.0
 
 
 def test_rewards_are_the_tasks_verifier_on_the_dumped_responses(tight_bypass):

@@ -60,16 +60,17 @@ def test_refusals_name_the_setting(override, match):
         validate_troll_config(compose_config("/nonexistent", override))
 
 
-def test_the_legacy_trainer_runs_troll_but_not_its_bypass_mode():
+def test_the_legacy_trainer_runs_troll_and_its_bypass_mode():
     """trainer.use_v1=false is TROLL's legacy task runner (troll_verl.integration.legacy), whatever the v1 mode key
-    says; bypass mode is refused there naming both ways out (nothing turns the rollout's top-K into the old fields
-    yet). With the seam (upstream/), verl's own legacy trainer tags the passes, untried with TROLL: refused naming
-    trainer.use_v1=true."""
+    says, in bypass mode too (TROLL's worker turns the rollout's top-K columns into the old fields). With the seam
+    (upstream/), verl's own legacy trainer tags the passes, untried with TROLL: refused naming trainer.use_v1=true."""
     from troll_verl.integration.seam import seam_available
 
-    with pytest.raises(ValueError, match=r"trainer\.use_v1=true, or algorithm\.rollout_correction\.bypass_mode=false"):
-        validate_troll_config(compose_config("/nonexistent", "trainer.use_v1=false",
-                                             "algorithm.rollout_correction.bypass_mode=true"))  # fmt: skip
+    if not seam_available():
+        bypass = compose_config("/nonexistent", "trainer.use_v1=false", "algorithm.rollout_correction.bypass_mode=true",
+                                "actor_rollout_ref.rollout.name=vllm",
+                                "actor_rollout_ref.rollout.calculate_log_probs=true")  # fmt: skip
+        assert validate_troll_config(bypass).kl_bound == 0.05
     config = compose_config("/nonexistent", "trainer.use_v1=false", "trainer.v1.trainer_mode=sync")
     if seam_available():
         with pytest.raises(ValueError, match=r"seam.*Set trainer\.use_v1=true"):

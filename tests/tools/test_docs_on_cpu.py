@@ -257,9 +257,13 @@ _LOGGED = re.compile(r"""["'](troll/[a-z_]+)["']""")
 
 
 def _logged_metrics() -> tuple[set[str], set[str]]:
-    """(the loss's metrics, which verl logs as actor/troll/..., and every troll/... string the package writes)."""
+    """(the actor worker's metrics (the loss's and where the old top-K came from), which verl logs as actor/troll/...,
+    and every troll/... string the package writes)."""
     package = ROOT / "troll_verl"
-    loss_files = [*(package / "core").rglob("*.py"), package / "integration" / "loss_fn.py"]
+    loss_files = [
+        *(package / "core").rglob("*.py"),
+        *(package / "integration" / f for f in ("loss_fn.py", "workers.py")),
+    ]
     loss = {m for path in loss_files for m in _LOGGED.findall(path.read_text())}
     every = {m for path in package.rglob("*.py") for m in _LOGGED.findall(path.read_text())}
     return loss, every
@@ -267,7 +271,7 @@ def _logged_metrics() -> tuple[set[str], set[str]]:
 
 def test_the_metric_scan_finds_the_loss_and_the_trainer_metrics():
     loss, every = _logged_metrics()
-    assert {"troll/kl_after", "troll/projected_frac", "troll/mismatch_kl"} <= loss
+    assert {"troll/kl_after", "troll/projected_frac", "troll/mismatch_kl", "troll/old_from_rollout"} <= loss
     assert "troll/rollout_tail_mass" in every - loss  # logged by the trainer: no actor/ prefix
 
 

@@ -56,6 +56,7 @@ __all__ = [
     "prepare_bypass",
     "install_topk_rollout",
     "put_old_topk_from_rollout",
+    "old_fields_from_rollout",
 ]
 
 _VLLM = "vllm"
@@ -244,17 +245,59 @@ def check_bypass_seams() -> None:
 # ---------------------------------------------------------------------------------------------------------------------
 # the trainer's old-log-prob step
 # ---------------------------------------------------------------------------------------------------------------------
-def put_old_topk_from_rollout(batch, settings: TrollConfig, *, topk: int, response_length: int) -> dict:
-    """Write ``old_log_probs`` and TROLL's ``troll_old_*`` from the rollout into the TransferQueue (no actor pass).
+def old_fields_from_rollout(
+    topk_ids: list,
+    topk_logprobs: list,
+    responses: list[torch.Tensor],
+    padding: list[bool],
+    settings: TrollConfig,
+    *,
+    topk: int,
+    response_length: int,
+) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
+    """TROLL's old fields from the rollout's top-K of a batch: aligned with the responses, through the mass rule.
 
     Args:
-        batch: verl's ``KVBatchMeta`` of the step (after verl's padding to a divisible size).
+        topk_ids, topk_logprobs: per sample, the ``(T, k)`` arrays the rollout returned (None where it returned none).
+        responses: per sample, its ``(R_i,)`` response tokens.
+        padding: per sample, whether it is verl's synthetic padding sample (its rows: a point mass on its token).
         settings: TROLL's settings (mass rule, floor, storage dtype).
         topk: the rollout's K (``rollout.custom.troll_topk``).
         response_length: verl's ``rollout.response_length`` (responses cut there keep their first rows).
 
     Returns:
-        metrics: ``troll/rollout_tail_mass`` (mean mass outside the stored support, over real response tokens).
+        ``(fields, metrics)``: :data:`~troll_verl.core.layout.OLD_FIELDS` as jagged nested tensors ``(bsz, j, ...)``,
+        and ``troll/rollout_tail_mass`` (mean mass outside the stored support, over real response tokens).
+
+    Raises:
+        RolloutTopKError: a sample's rows do not line up with its response (the message names the fix).
+    """
+    ids, lps, real = [], [], []
+    for sample_ids, sample_lps, response, pad in zip(topk_ids, topk_logprobs, responses, padding, strict=True):
+        rows = align_rollout_topk(sample_ids, sample_lps, response, k=topk, max_response_length=response_length,
+                                  is_padding=pad, floor=settings.floor)  # fmt: skip
+        ids.append(rows[0])
+        lps.append(rows[1])
+        real.append(torch.full((rows[0].shape[0],), not pad))
+    old = old_topk_from_rollout(
+        torch.cat(ids), torch.cat(lps), topk=settings.topk, mass_delta=settings.mass_delta, floor=settings.floor,
+        value_dtype=settings.value_dtype,
+    )  # fmt: skip
+    offsets = torch.tensor([0, *(int(r.shape[0]) for r in responses)]).cumsum(0)
+    fields = {key: torch.nested.nested_tensor_from_jagged(v, offsets) for key, v in zip(OLD_FIELDS, old, strict=True)}
+    tail_mass = old.tail_logprob.double().exp()[torch.cat(real)]
+    return fields, {"troll/rollout_tail_mass": float(tail_mass.mean()) if tail_mass.numel() else 0.0}
+
+
+def put_old_topk_from_rollout(batch, settings: TrollConfig, *, topk: int, response_length: int) -> dict:
+    """Write ``old_log_probs`` and TROLL's ``troll_old_*`` from the rollout into the TransferQueue (no actor pass).
+
+    Args:
+        batch: verl's ``KVBatchMeta`` of the step (after verl's padding to a divisible size).
+        settings, topk, response_length: as :func:`old_fields_from_rollout`.
+
+    Returns:
+        metrics: ``troll/rollout_tail_mass`` (:func:`old_fields_from_rollout`).
     """
     import transfer_queue as tq
 
@@ -262,36 +305,22 @@ def put_old_topk_from_rollout(batch, settings: TrollConfig, *, topk: int, respon
     data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=fields)
     rollout_log_probs, responses = _jagged(data["rollout_log_probs"]), _jagged(data["responses"])
     extras = data.get("extra_fields")
-    extras = extras.tolist() if hasattr(extras, "tolist") else list(extras)
-    offsets = rollout_log_probs.offsets()
-    tokens = responses.values()
-    if not torch.equal(responses.offsets(), offsets):
+    extras = [getattr(e, "data", e) or {} for e in (extras.tolist() if hasattr(extras, "tolist") else list(extras))]
+    if not torch.equal(responses.offsets(), rollout_log_probs.offsets()):
         raise RuntimeError(
             "rollout_log_probs and responses have different lengths; the rollout output is corrupt (a rollout or agent "
             "loop that does not score every response token). Set algorithm.rollout_correction.bypass_mode=false."
         )
-    ids, lps, real = [], [], []
-    for i, (extra, tag) in enumerate(zip(extras, batch.tags, strict=True)):
-        extra = getattr(extra, "data", extra) or {}
-        padding = bool(tag.get("is_padding", False))
-        rows = align_rollout_topk(
-            extra.get(TOPK_IDS_FIELD), extra.get(TOPK_LOGPROBS_FIELD), tokens[offsets[i] : offsets[i + 1]],
-            k=topk, max_response_length=response_length, is_padding=padding, floor=settings.floor,
-        )  # fmt: skip
-        ids.append(rows[0])
-        lps.append(rows[1])
-        real.append(torch.full((rows[0].shape[0],), not padding))
-    old = old_topk_from_rollout(
-        torch.cat(ids), torch.cat(lps), topk=settings.topk, mass_delta=settings.mass_delta, floor=settings.floor,
-        value_dtype=settings.value_dtype,
+    old, metrics = old_fields_from_rollout(
+        [e.get(TOPK_IDS_FIELD) for e in extras], [e.get(TOPK_LOGPROBS_FIELD) for e in extras],
+        list(responses.unbind()), [bool(tag.get("is_padding", False)) for tag in batch.tags], settings,
+        topk=topk, response_length=response_length,
     )  # fmt: skip
     data["old_log_probs"] = rollout_log_probs
-    for key, values in zip(OLD_FIELDS, old, strict=True):
-        data[key] = torch.nested.nested_tensor_from_jagged(values, offsets)
+    for key, value in old.items():
+        data[key] = value
     tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=data.select("old_log_probs", *OLD_FIELDS))
-    real = torch.cat(real)
-    tail_mass = old.tail_logprob.double().exp()[real]
-    return {"troll/rollout_tail_mass": float(tail_mass.mean()) if tail_mass.numel() else 0.0}
+    return metrics
 
 
 def _jagged(tensor: torch.Tensor) -> torch.Tensor:

@@ -95,12 +95,6 @@ def validate_troll_config(config) -> TrollPolicyLossConfig:
 
     if not OmegaConf.select(config, "trainer.use_v1", default=True):
         # verl's legacy trainer: verl's actor worker runs TROLL's training worker, as on the v1 trainers
-        if bypass_requested(config):
-            raise ValueError(
-                "TROLL's bypass mode runs on verl's v1 trainer only: on the legacy trainer (trainer.use_v1=false) "
-                "nothing turns the rollout's top-K into TROLL's old distribution yet. Set trainer.use_v1=true, or "
-                "algorithm.rollout_correction.bypass_mode=false."
-            )
         if seam_available():
             raise ValueError(
                 "TROLL on the legacy trainer (trainer.use_v1=false) has not run on a verl with the policy-loss logits "

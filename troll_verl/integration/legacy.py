@@ -19,12 +19,12 @@ trainer.use_v1=false`` builds verl's actor worker, whose training worker is TROL
 trainer.use_v1=false`` runs :class:`TrollTaskRunner` instead, which adds:
 
 - TROLL's validation before the workers start (the refusals name the setting to change);
+- in bypass mode, the rollout set up to return its top-K (:func:`troll_verl.bypass.mode.prepare_bypass`), which
+  reaches TROLL's training worker as the agent loop's per-sample columns; with verl's own ``main_ppo`` the rollout
+  returns none, and the worker recomputes the old top-K in one no-grad pass (``troll/old_pass_recompute_s``);
 - TROLL's critic worker class (the CPU platform's process group);
 - with the seeded agent loop (:mod:`troll_verl.rollout.agent_loop`), the rollout requests' step and each answer's
   number, which verl's v1 agent loop passes and the legacy one does not (:class:`SeededRequests`).
-
-Not on this trainer yet, refused by :func:`troll_verl.integration.checks.validate_troll_config` with the fix: bypass
-mode (the rollout's top-K reaches the worker's update as batch columns, and nothing turns it into the old fields yet).
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ from verl import DataProto
 from verl.trainer.main_ppo_v0 import BaseTaskRunner
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 
+from troll_verl.bypass.mode import bypass_requested, prepare_bypass
 from troll_verl.rollout import SEEDED_AGENT_LOOP
 
 from .checks import uses_troll, validate_troll_config
@@ -104,6 +105,10 @@ class TrollRayPPOTrainer(RayPPOTrainer):
         self.troll_settings = validate_troll_config(config) if self.uses_troll else None
         if self.uses_troll:
             use_troll_policy_loss_config(config)
+            if bypass_requested(config):
+                # the rollout returns its top-K (a column per sample), which TROLL's training worker turns into the
+                # old distribution (troll_verl.integration.workers); before the workers and replicas are built
+                prepare_bypass(config, self.troll_settings)
         super().__init__(config, *args, **kwargs)
 
     def init_workers(self):

@@ -55,8 +55,10 @@ from verl.single_controller.base.decorator import make_nd_compute_dataproto_disp
 from verl.utils import tensordict_utils as tu
 from verl.workers.engine_workers import TrainingWorker
 
+from troll_verl.bypass.mode import old_fields_from_rollout
+from troll_verl.bypass.vllm_topk import TOPK_IDS_FIELD, TOPK_LOGPROBS_FIELD
 from troll_verl.compat import ENGINE_BATCH_ADAPTER_METHODS, VerlVersionError, ppo_loss_actor_config
-from troll_verl.core.layout import OLD_FIELDS
+from troll_verl.core.layout import OLD_FIELDS, response_lengths, response_values
 from troll_verl.platform.cpu import init_cpu_process_group
 
 from .checks import uses_troll
@@ -161,6 +163,11 @@ class TrollActorTrainingWorker(TrollTrainingWorker):
             # bypass mode: the trainer put the rollout's top-K; the first micro-batch measures the mismatch
             self.troll_loss_fn.measure_mismatch()
             return dict(zip(OLD_PASS_METRICS, (0.0, 0.0, 1.0), strict=True))
+        if TOPK_IDS_FIELD in data.keys():
+            # bypass mode on the legacy trainer: the rollout's top-K arrived as the agent loop's per-sample columns
+            tail = self._put_old_topk_from_rollout_columns(data)
+            self.troll_loss_fn.measure_mismatch()
+            return {**dict(zip(OLD_PASS_METRICS, (0.0, 0.0, 1.0), strict=True)), **tail}
         fields, hits = self.old_topk_cache.take(data)
         n = len(data["input_ids"].offsets()) - 1
         recompute_s = 0.0
@@ -188,11 +195,32 @@ class TrollActorTrainingWorker(TrollTrainingWorker):
             data[key] = value
         return dict(zip(OLD_PASS_METRICS, (hits / max(n, 1), recompute_s, 0.0), strict=True))
 
+    def _put_old_topk_from_rollout_columns(self, data: TensorDict) -> dict[str, float]:
+        """OLD_FIELDS on ``data`` from the rollout's top-K columns (verl's legacy agent loop puts every extra field of
+        a sample in a column of that name; ``old_log_probs`` is already the rollout's: verl's ``apply_bypass_mode``)."""
+        lengths = response_lengths(data)
+        responses = torch.split(response_values(data["responses"], lengths), lengths.tolist())
+        settings = self.troll_loss_fn.config.policy_loss
+        ids, logprobs = _column(data, TOPK_IDS_FIELD), _column(data, TOPK_LOGPROBS_FIELD)
+        cut_at = int(tu.get_non_tensor_data(data, "max_response_len", -1))
+        fields, metrics = old_fields_from_rollout(ids, logprobs, list(responses), [False] * len(responses), settings,
+                                                  topk=settings.topk, response_length=cut_at)  # fmt: skip
+        device = data["input_ids"].device
+        for key, value in fields.items():
+            data[key] = value.to(device)
+        return metrics
+
     def _old_pass(self, data: TensorDict) -> None:
         """One no-grad pass over ``data`` from the current weights, keeping its old top-K (verl's infer_batch)."""
         probe = data.copy()
         tu.assign_non_tensor(probe, calculate_entropy=False, calculate_sum_pi_squared=False)
         self.infer_batch(probe)
+
+
+def _column(data: TensorDict, key: str) -> list:
+    """A per-sample non-tensor column of ``data`` as a list (None where a sample has no value)."""
+    values = data.get(key)
+    return list(values.tolist() if hasattr(values, "tolist") else values)
 
 
 def _replace_old_log_probs(data: TensorDict, log_probs: list[torch.Tensor]) -> None:
