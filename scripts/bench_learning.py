@@ -985,22 +985,18 @@ def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.docs and not args.study:
-        parser.error("--docs writes the powered study's tables: add --study")
+        parser.error("--docs writes a study's tables: add --study (or --study late_decay)")
+    if args.plot and args.study == "late_decay":
+        parser.error("--plot draws the powered study's curves; the late-decay report has none: drop --plot")
 
     model = cpu_model(args.model, args.task_hi)
     results_dir = args.results_dir or os.path.join(args.out_dir, "raw")
-    if args.study == "late_decay":
-        text = late_decay.report(results_dir)
-        print(text)
-        if args.docs:
-            print(f"docs: {write_study_docs(args.docs, text, args.study)} block(s) of {args.docs} rewritten")
-        return 0
     if args.study:
-        results = collect_study(results_dir)
-        tables = study_report(results)
+        results = collect_study(results_dir) if args.study == "powered" else None
+        tables = study_report(results) if results is not None else late_decay.report(results_dir)
         print(tables)
         if args.docs:
-            print(f"docs: {write_study_docs(args.docs, tables)} block(s) of {args.docs} rewritten")
+            print(f"docs: {write_study_docs(args.docs, tables, args.study)} block(s) of {args.docs} rewritten")
         if args.plot:
             print("plot: " + plot_study(results_dir, results, args.plot))
         return 0

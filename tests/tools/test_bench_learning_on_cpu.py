@@ -346,6 +346,9 @@ def test_each_study_rewrites_only_its_own_docs_block(tmp_path, capsys):
     docs.write_text(f"{powered}\npowered tables\n<!-- end report -->\n")
     with pytest.raises(SystemExit, match="no '<!-- report: ... --study late_decay"):
         bl.main(["--study", "late_decay", "--results-dir", str(tmp_path / "none"), "--docs", str(docs)])
+    with pytest.raises(SystemExit):  # the late-decay report has no plot: argparse's error, naming --plot
+        bl.main(["--study", "late_decay", "--results-dir", str(tmp_path / "none"), "--plot", str(tmp_path / "p.png")])
+    assert "drop --plot" in capsys.readouterr().err and not (tmp_path / "p.png").exists()
 
 
 def test_stage_4_confirms_the_maps_signal_only_when_the_interval_favours_troll(tmp_path, monkeypatch):

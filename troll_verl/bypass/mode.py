@@ -243,11 +243,16 @@ def check_bypass_seams() -> None:
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# the trainer's old-log-prob step
+# the rollout's top-K to TROLL's old fields: the v1 trainer's old-log-prob step, the legacy trainer's worker
 # ---------------------------------------------------------------------------------------------------------------------
+def _per_sample(values) -> list:
+    """A per-sample non-tensor field (a list, a numpy object array, a TensorDict ``NonTensorStack``) as a list."""
+    return list(values.tolist() if hasattr(values, "tolist") else values)
+
+
 def old_fields_from_rollout(
-    topk_ids: list,
-    topk_logprobs: list,
+    topk_ids,
+    topk_logprobs,
     responses: list[torch.Tensor],
     padding: list[bool],
     settings: TrollConfig,
@@ -258,7 +263,8 @@ def old_fields_from_rollout(
     """TROLL's old fields from the rollout's top-K of a batch: aligned with the responses, through the mass rule.
 
     Args:
-        topk_ids, topk_logprobs: per sample, the ``(T, k)`` arrays the rollout returned (None where it returned none).
+        topk_ids, topk_logprobs: per sample, the ``(T, k)`` arrays the rollout returned (None where it returned none):
+            a list, a numpy object array or a TensorDict ``NonTensorStack`` (a ``DataProto`` column).
         responses: per sample, its ``(R_i,)`` response tokens.
         padding: per sample, whether it is verl's synthetic padding sample (its rows: a point mass on its token).
         settings: TROLL's settings (mass rule, floor, storage dtype).
@@ -273,7 +279,8 @@ def old_fields_from_rollout(
         RolloutTopKError: a sample's rows do not line up with its response (the message names the fix).
     """
     ids, lps, real = [], [], []
-    for sample_ids, sample_lps, response, pad in zip(topk_ids, topk_logprobs, responses, padding, strict=True):
+    per_sample = zip(_per_sample(topk_ids), _per_sample(topk_logprobs), responses, padding, strict=True)
+    for sample_ids, sample_lps, response, pad in per_sample:
         rows = align_rollout_topk(sample_ids, sample_lps, response, k=topk, max_response_length=response_length,
                                   is_padding=pad, floor=settings.floor)  # fmt: skip
         ids.append(rows[0])
@@ -304,8 +311,7 @@ def put_old_topk_from_rollout(batch, settings: TrollConfig, *, topk: int, respon
     fields = ["rollout_log_probs", "responses", "extra_fields"]
     data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=fields)
     rollout_log_probs, responses = _jagged(data["rollout_log_probs"]), _jagged(data["responses"])
-    extras = data.get("extra_fields")
-    extras = [getattr(e, "data", e) or {} for e in (extras.tolist() if hasattr(extras, "tolist") else list(extras))]
+    extras = [getattr(e, "data", e) or {} for e in _per_sample(data.get("extra_fields"))]
     if not torch.equal(responses.offsets(), rollout_log_probs.offsets()):
         raise RuntimeError(
             "rollout_log_probs and responses have different lengths; the rollout output is corrupt (a rollout or agent "

@@ -82,6 +82,8 @@ ENGINE_BATCH_ADAPTER = all(hasattr(TrainingWorker, name) for name in ENGINE_BATC
 
 # the worker's metrics of where the update's old top-K came from (logged under actor/ by verl's trainers)
 OLD_PASS_METRICS = ("troll/old_pass_reused_frac", "troll/old_pass_recompute_s", "troll/old_from_rollout")
+# their values where the old top-K is the rollout's (bypass mode): no old pass reused, none run
+_FROM_ROLLOUT = dict(zip(OLD_PASS_METRICS, (0.0, 0.0, 1.0), strict=True))
 
 
 class TrollTrainingWorker(TrainingWorker):
@@ -162,12 +164,12 @@ class TrollActorTrainingWorker(TrollTrainingWorker):
         if all(key in data.keys() for key in OLD_FIELDS):
             # bypass mode: the trainer put the rollout's top-K; the first micro-batch measures the mismatch
             self.troll_loss_fn.measure_mismatch()
-            return dict(zip(OLD_PASS_METRICS, (0.0, 0.0, 1.0), strict=True))
+            return dict(_FROM_ROLLOUT)
         if TOPK_IDS_FIELD in data.keys():
             # bypass mode on the legacy trainer: the rollout's top-K arrived as the agent loop's per-sample columns
             tail = self._put_old_topk_from_rollout_columns(data)
             self.troll_loss_fn.measure_mismatch()
-            return {**dict(zip(OLD_PASS_METRICS, (0.0, 0.0, 1.0), strict=True)), **tail}
+            return {**_FROM_ROLLOUT, **tail}
         fields, hits = self.old_topk_cache.take(data)
         n = len(data["input_ids"].offsets()) - 1
         recompute_s = 0.0
@@ -201,9 +203,9 @@ class TrollActorTrainingWorker(TrollTrainingWorker):
         lengths = response_lengths(data)
         responses = torch.split(response_values(data["responses"], lengths), lengths.tolist())
         settings = self.troll_loss_fn.config.policy_loss
-        ids, logprobs = _column(data, TOPK_IDS_FIELD), _column(data, TOPK_LOGPROBS_FIELD)
         cut_at = int(tu.get_non_tensor_data(data, "max_response_len", -1))
-        fields, metrics = old_fields_from_rollout(ids, logprobs, list(responses), [False] * len(responses), settings,
+        fields, metrics = old_fields_from_rollout(data.get(TOPK_IDS_FIELD), data.get(TOPK_LOGPROBS_FIELD),
+                                                  list(responses), [False] * len(responses), settings,
                                                   topk=settings.topk, response_length=cut_at)  # fmt: skip
         device = data["input_ids"].device
         for key, value in fields.items():
@@ -215,12 +217,6 @@ class TrollActorTrainingWorker(TrollTrainingWorker):
         probe = data.copy()
         tu.assign_non_tensor(probe, calculate_entropy=False, calculate_sum_pi_squared=False)
         self.infer_batch(probe)
-
-
-def _column(data: TensorDict, key: str) -> list:
-    """A per-sample non-tensor column of ``data`` as a list (None where a sample has no value)."""
-    values = data.get(key)
-    return list(values.tolist() if hasattr(values, "tolist") else values)
 
 
 def _replace_old_log_probs(data: TensorDict, log_probs: list[torch.Tensor]) -> None:

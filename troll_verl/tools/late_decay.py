@@ -20,10 +20,13 @@ Pure Python on a run's per-step metric rows (``troll_verl.tools.metrics_io``'s l
 
 from __future__ import annotations
 
+import json
 import math
+import os
 import random
 import statistics
 
+from .metrics_io import read_jsonl
 from .paired_stats import fisher_exact_p, sign_flip_p, t_interval
 
 __all__ = [
@@ -167,11 +170,6 @@ VARIANT = "late8"
 def collect(results_dir: str) -> dict[str, dict[int, dict]]:
     """Each finished stage-1 run's outcomes, ``{loss: {seed: run_outcomes(...)}}``, from the committed raw files
     ``<results_dir>/late8/<loss>/seed<N>.jsonl`` (and the ``.json`` record naming its validation metric)."""
-    import json
-    import os
-
-    from .metrics_io import read_jsonl
-
     runs: dict[str, dict[int, dict]] = {"troll": {}, "clip": {}}
     for loss, by_seed in runs.items():
         for seed in SEEDS:
@@ -194,8 +192,6 @@ def _pairs(runs: dict[str, dict[int, dict]]) -> list[int]:
 
 
 def _failed_attempts(results_dir: str) -> int:
-    import os
-
     path = os.path.join(results_dir, "failed_attempts.jsonl")
     if not os.path.isfile(path):
         return 0
@@ -219,10 +215,10 @@ def report(results_dir: str, draws: int = 40_000) -> str:
     if n < LOOKS[0]:
         lines.append(f"No outcome is shown before the interim look at {LOOKS[0]} pairs (the plan: no unplanned look).")
         return "\n".join(lines) + "\n"
-    first = look([runs["troll"][s]["last10"] - runs["clip"][s]["last10"] for s in pairs[: LOOKS[0]]])
-    looks = [first]
-    if not first["crossed"] and n >= LOOKS[1]:
-        looks.append(look([runs["troll"][s]["last10"] - runs["clip"][s]["last10"] for s in pairs[: LOOKS[1]]]))
+    diffs = [runs["troll"][s]["last10"] - runs["clip"][s]["last10"] for s in pairs]
+    looks = [look(diffs[: LOOKS[0]])]
+    if not looks[0]["crossed"] and n >= LOOKS[1]:
+        looks.append(look(diffs[: LOOKS[1]]))
     final = looks[-1]["crossed"] or looks[-1]["n"] == LOOKS[1]
     lines += ["| look | pairs | TROLL − clip, last-10 reward [95 % CI] | t | bound | sign-flip p |",
               "|---|---|---|---|---|---|"]  # fmt: skip
