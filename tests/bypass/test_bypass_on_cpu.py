@@ -290,10 +290,10 @@ async def _no_sleep(_seconds, *args, **kwargs):
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# the trainer's old-log-prob step, on verl's batch layout (the agent loop's fields, stored and fetched as verl does)
+# the worker's update batch in verl v1's layout (each sample's extra_fields, as the TransferQueue hands them over)
 
 
-def _sample(r: int, t: int, k: int, seed: int, padding_of: dict | None = None):
+def _sample(r: int, t: int, k: int, seed: int):
     from troll_verl.bypass.vllm_topk import TOPK_IDS_FIELD, TOPK_LOGPROBS_FIELD
 
     g = torch.Generator().manual_seed(seed)
@@ -302,67 +302,62 @@ def _sample(r: int, t: int, k: int, seed: int, padding_of: dict | None = None):
     vals, ids = torch.topk(lp, k)
     responses = ids[:r, 0].clone()
     extra = {"global_steps": 1, TOPK_IDS_FIELD: ids.int().numpy(), TOPK_LOGPROBS_FIELD: vals.float().numpy()}
-    return {"responses": responses, "rollout_log_probs": vals[:r, 0].float(), "extra_fields": extra}
+    return {"responses": responses, "response_mask": torch.ones(r, dtype=torch.int64), "extra_fields": extra}
 
 
-class _FakeTQ:
-    def __init__(self, samples):
-        from verl.utils.tensordict_utils import list_of_dict_to_tensordict
+def _update_batch(samples):
+    from tensordict.tensorclass import NonTensorData, NonTensorStack
+    from verl.utils import tensordict_utils as tu
 
-        self.store = list_of_dict_to_tensordict(samples)
-        self.put = None
-
-    def kv_batch_get(self, keys, partition_id, select_fields):
-        return self.store.select(*select_fields)
-
-    def kv_batch_put(self, keys, partition_id, fields):
-        self.put = fields
+    nested = {
+        key: torch.nested.as_nested_tensor([s[key] for s in samples], layout=torch.jagged)
+        for key in ("responses", "response_mask")
+    }
+    data = tu.get_tensordict(nested)
+    data["extra_fields"] = NonTensorStack.from_list([NonTensorData(s["extra_fields"]) for s in samples])
+    return data
 
 
 @pytest.mark.parametrize("equal_lengths", [False, True])
-def test_trainer_step_writes_the_old_fields_the_update_reads(monkeypatch, equal_lengths):
-    import transfer_queue
-
+def test_the_update_batch_yields_the_old_fields(equal_lengths):
     from troll_verl.core.layout import OLD_FIELDS
 
     k, settings = 8, TrollConfig(topk=8, mass_delta=1e-3)
-    lengths = [(4, 4), (4, 6)] if equal_lengths else [(3, 3), (5, 7), (0, 0)]  # (response, generated): cut at 5
+    # (response, generated): the second one cut at 5, the batch's longest
+    lengths = [(4, 4), (4, 4)] if equal_lengths else [(3, 3), (5, 7), (0, 0)]
     samples = [_sample(r, t, k, seed) for seed, (r, t) in enumerate(lengths)]
-    # verl's synthetic padding sample: the first sample's fields deep-copied, a one-token response, log-prob 0
-    pad = {**samples[0], "responses": torch.tensor([2]), "rollout_log_probs": torch.zeros(1)}
-    samples.append(pad)
-    tags = [{}] * len(lengths) + [{"is_padding": True}]
-    fake = _FakeTQ(samples)
-    monkeypatch.setattr(transfer_queue, "kv_batch_get", fake.kv_batch_get)
-    monkeypatch.setattr(transfer_queue, "kv_batch_put", fake.kv_batch_put)
-    batch = SimpleNamespace(keys=[str(i) for i in range(len(samples))], partition_id="train", tags=tags)
-    metrics = bypass.put_old_topk_from_rollout(batch, settings, topk=k, response_length=max(r for r, _ in lengths))
-    put = fake.put
-    assert set(put.keys()) == {"old_log_probs", *OLD_FIELDS}
+    # verl's synthetic padding sample: the first sample's fields deep-copied, a one-token masked response
+    samples.append({**samples[0], "responses": torch.tensor([2]), "response_mask": torch.zeros(1, dtype=torch.int64)})
+    fields, metrics = bypass.old_fields_from_batch(_update_batch(samples), settings)
+    assert set(fields) == set(OLD_FIELDS)
     for i, sample in enumerate(samples[:-1]):
         r = sample["responses"].shape[0]
         ref = old_topk_from_rollout(torch.from_numpy(sample["extra_fields"]["troll_rollout_topk_ids"][:r]),
                                     torch.from_numpy(sample["extra_fields"]["troll_rollout_topk_logprobs"][:r]),
                                     topk=k, mass_delta=1e-3)  # fmt: skip
         for key, want in zip(OLD_FIELDS, ref, strict=True):
-            assert torch.equal(put[key][i], want), key
-        assert torch.equal(put["old_log_probs"][i], sample["rollout_log_probs"])
-    assert put["troll_old_ids"][-1].tolist() == [[2] + [-1] * (k - 1)]  # padding: point mass on its token
-    assert put["troll_old_ids"].dtype == torch.int32 and put["troll_old_tail"].dtype == torch.float32
+            assert torch.equal(fields[key][i], want), key
+    assert fields["troll_old_ids"][-1].tolist() == [[2] + [-1] * (k - 1)]  # padding: point mass on its token
+    assert fields["troll_old_ids"].dtype == torch.int32 and fields["troll_old_tail"].dtype == torch.float32
     assert 0.0 <= metrics["troll/rollout_tail_mass"] < 1.0
 
 
-def test_trainer_step_refuses_a_response_the_rollout_did_not_score(monkeypatch):
-    import transfer_queue
+def test_a_batch_without_the_rollouts_top_k_yields_none():
+    samples = [_sample(3, 3, 4, 0)]
+    samples[0]["extra_fields"] = {"global_steps": 1}
+    assert bypass.old_fields_from_batch(_update_batch(samples), TrollConfig(topk=4)) is None
 
-    sample = _sample(3, 3, 4, 0)
-    sample["responses"] = torch.arange(5)  # a tool loop appended tokens after generation
-    sample["rollout_log_probs"] = torch.zeros(5)
-    fake = _FakeTQ([sample])
-    monkeypatch.setattr(transfer_queue, "kv_batch_get", fake.kv_batch_get)
-    batch = SimpleNamespace(keys=["0"], partition_id="train", tags=[{}])
-    with pytest.raises(ValueError, match="multi-turn or tool agent loop"):
-        bypass.put_old_topk_from_rollout(batch, TrollConfig(topk=4), topk=4, response_length=8)
+
+@pytest.mark.parametrize(
+    "response, generated, match",
+    [(5, 3, "multi-turn or tool agent loop"), (3, 6, "not cut at rollout.response_length")],
+)
+def test_rows_that_do_not_line_up_with_the_response_are_refused(response, generated, match):
+    samples = [_sample(generated, generated, 4, 0), _sample(4, 4, 4, 1)]
+    samples[0]["responses"] = torch.arange(response)  # the agent loop changed the response after generation
+    samples[0]["response_mask"] = torch.ones(response, dtype=torch.int64)
+    with pytest.raises(ValueError, match=match):
+        bypass.old_fields_from_batch(_update_batch(samples), TrollConfig(topk=4))
 
 
 # ---------------------------------------------------------------------------------------------------------------------

@@ -300,16 +300,17 @@ def test_colocate_async_checkpoint_and_resume(async_, async_resumed):
 
 def test_troll_in_bypass_mode_takes_the_old_distribution_from_vllm(async_bypass):
     """bypass_mode=true (troll_verl.bypass): the old distribution is the vLLM rollout's top-K and the actor's
-    old-log-prob pass never runs. verl writes ``actor/entropy`` right after that pass, and it is absent; TROLL's trainer
-    reports the rollout's tail mass where the pass would be; the update reads the rollout's top-K (carried across the
-    asynchronous client's resumed chunks) and keeps the bound on every token. The synchronous trainer's bypass mode,
-    where the mismatch is rounding only, runs on the real model (tests/e2e/test_real_model_on_cpu.py)."""
+    old-log-prob pass never runs. verl writes ``actor/entropy`` right after that pass, and it is absent; TROLL's actor
+    worker turns the rollout's top-K (carried across the asynchronous client's resumed chunks) into the old
+    distribution with no pass of its own, reports its tail mass, and keeps the bound on every token. Bypass mode where
+    the mismatch is rounding only runs on the real model (tests/e2e/test_real_model_on_cpu.py)."""
     run = async_bypass.check()
     assert "TROLL bypass mode: no old-log-prob pass" in run.log
     assert run.steps == [1, 2, 3]
     for r in run.rows:
         assert "actor/entropy" not in r  # the actor's old-log-prob pass did not run
-        assert 0.0 <= r["troll/rollout_tail_mass"] < 1.0
+        assert r["actor/troll/old_from_rollout"] == 1.0 and r["actor/troll/old_pass_recompute_s"] == 0.0
+        assert 0.0 <= r["actor/troll/rollout_tail_mass"] < 1.0
         assert r["actor/troll/kl_after_max"] <= BOUND * (1 + 1e-3)
         # before the step's first update the rollout policy is the actor's own (rounding only, fp32) unless the batch
         # is stale: then it is an older policy, and TROLL's mismatch KL measures how far

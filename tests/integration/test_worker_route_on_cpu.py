@@ -175,55 +175,46 @@ def test_other_losses_leave_verls_training_worker_as_it_is(model_dir):
     assert not set(OLD_PASS_METRICS) & set(metrics) and not [key for key in metrics if key.startswith("troll/")]
 
 
-def test_a_batch_that_carries_the_old_top_k_is_taken_as_the_rollouts(model_dir):
-    """Bypass mode: the trainer put the rollout's top-K on the batch; the worker neither looks it up nor recomputes."""
-    worker = _worker(model_dir)
-    batch = make_batch(VOCAB, PROMPTS, RESPONSES, seed=SEED)
-    old = old_pass(worker, batch, TEMPERATURE)
-    fields, _ = worker.actor.old_topk_cache.take(batch, check_log_probs=False)
-    old.update(fields)
-    worker.actor.old_topk_cache.clear()
-    calls = _count_forward_passes(worker)
-    metrics, _ = _update(worker, batch, old)
-    assert len(calls) == 0
-    assert metrics["troll/old_from_rollout"] == [1.0] and metrics["troll/old_pass_reused_frac"] == [0.0]
-    assert "troll/mismatch_kl" in metrics  # the rollout's against the actor's, on the first micro-batch
-
-
-def test_the_legacy_trainers_rollout_columns_become_the_old_top_k(model_dir):
-    """Bypass mode on the legacy trainer: the rollout's top-K reaches the update as one column per sample (verl's
-    legacy agent loop); the worker makes TROLL's old fields from them exactly as the v1 trainer's step does
-    (``old_fields_from_rollout``), with no forward pass, and reports the rollout's tail mass."""
+def test_the_rollouts_top_k_on_the_update_batch_becomes_the_old_top_k(model_dir):
+    """Bypass mode: the rollout's top-K reaches the update as each sample's ``extra_fields`` (verl's v1 trainer) or as
+    one column per sample (verl's legacy agent loop); the worker makes TROLL's old fields from it
+    (``bypass.mode.old_fields_from_batch``) with no forward pass, says so in its metrics, and updates as from the
+    old pass's own top-K (here the rollout's top-K is the actor's own, as vLLM's is up to rounding)."""
     from tensordict.tensorclass import NonTensorData, NonTensorStack
 
-    from troll_verl.bypass.mode import old_fields_from_rollout
     from troll_verl.bypass.vllm_topk import TOPK_IDS_FIELD, TOPK_LOGPROBS_FIELD
 
     batch = make_batch(VOCAB, PROMPTS, RESPONSES, seed=SEED)
     runs = {}
-    for route in ("v1", "legacy"):
+    for route in ("old pass", "v1", "legacy"):
         worker = _worker(model_dir)
         old = old_pass(worker, batch, TEMPERATURE)
-        kept, _ = worker.actor.old_topk_cache.take(batch, check_log_probs=False)
-        worker.actor.old_topk_cache.clear()
-        # the rollout's top-K rows of every sample: here the actor's own, as vLLM's are up to rounding
-        ids = [row.numpy() for row in kept["troll_old_ids"].unbind()]
-        logprobs = [row.float().numpy() for row in kept["troll_old_logprobs"].unbind()]
-        settings = worker.actor.troll_loss_fn.config.policy_loss
-        fields, tail = old_fields_from_rollout(ids, logprobs, list(batch["responses"].unbind()), [False] * len(ids),
-                                               settings, topk=settings.topk, response_length=-1)  # fmt: skip
-        if route == "v1":
-            old.update(fields)  # the v1 trainer's step put them on the batch
         data = update_batch(batch, old, CASE["case_advantages"](), TEMPERATURE, mini_batch_size=4)
+        if route != "old pass":
+            kept, _ = worker.actor.old_topk_cache.take(batch, check_log_probs=False)
+            worker.actor.old_topk_cache.clear()
+            ids = [row.numpy() for row in kept["troll_old_ids"].unbind()]
+            logprobs = [row.float().numpy() for row in kept["troll_old_logprobs"].unbind()]
+        if route == "v1":
+            extras = [
+                {"global_steps": 1, TOPK_IDS_FIELD: i, TOPK_LOGPROBS_FIELD: lp}
+                for i, lp in zip(ids, logprobs, strict=True)
+            ]
+            data["extra_fields"] = NonTensorStack.from_list([NonTensorData(e) for e in extras])
         if route == "legacy":
             for key, rows in ((TOPK_IDS_FIELD, ids), (TOPK_LOGPROBS_FIELD, logprobs)):
                 data[key] = NonTensorStack.from_list([NonTensorData(row) for row in rows])
         calls = _count_forward_passes(worker)
         runs[route] = tu.get(worker.update_actor(data), "metrics")
         assert len(calls) == 0, route
-    legacy, v1 = runs["legacy"], runs["v1"]
-    assert legacy["troll/old_from_rollout"] == [1.0] and legacy["troll/old_pass_recompute_s"] == [0.0]
-    assert legacy["troll/rollout_tail_mass"] == [tail["troll/rollout_tail_mass"]]
-    assert "troll/mismatch_kl" in legacy
-    for key in ("actor/pg_loss", "grad_norm", "troll/projected_frac", "troll/kl_before"):
-        assert [float(v) for v in legacy[key]] == pytest.approx([float(v) for v in v1[key]], rel=1e-6), key
+    reference = runs["old pass"]
+    assert reference["troll/old_from_rollout"] == [0.0] and reference["troll/old_pass_reused_frac"] == [1.0]
+    for route in ("v1", "legacy"):
+        metrics = runs[route]
+        assert metrics["troll/old_from_rollout"] == [1.0] and metrics["troll/old_pass_reused_frac"] == [0.0], route
+        assert metrics["troll/old_pass_recompute_s"] == [0.0] and "troll/mismatch_kl" in metrics, route
+        assert 0.0 <= metrics["troll/rollout_tail_mass"][0] < 1.0, route
+        for key in ("actor/pg_loss", "grad_norm", "troll/projected_frac", "troll/kl_before"):
+            got, want = [float(v) for v in metrics[key]], [float(v) for v in reference[key]]
+            assert got == pytest.approx(want, rel=1e-5, abs=1e-8), (route, key)  # float32 rows
+    assert runs["v1"]["troll/rollout_tail_mass"] == runs["legacy"]["troll/rollout_tail_mass"]

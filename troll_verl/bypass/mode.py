@@ -21,17 +21,20 @@ tokens, and one actor forward pass per step goes away. Everything trainer-side f
 - :func:`check_bypass_config`: the refusals, each naming the fix (called by ``validate_troll_config``);
 - :func:`prepare_bypass`: TROLL's trainer in bypass mode sets ``rollout.custom.troll_topk = K`` and
   ``engine_kwargs.vllm.max_logprobs >= K``, and installs the top-K vLLM replica as rollout ``vllm``;
-- :func:`put_old_topk_from_rollout`: TROLL's trainer's old-log-prob step; the rollout's top-K, aligned and put through
-  the mass rule, written where the actor's pass would write it.
+- :func:`old_fields_from_batch`: TROLL's actor training worker finds the rollout's top-K on its update's batch
+  (:func:`rollout_topk`) and turns it, aligned and put through the mass rule (:func:`old_fields_from_rollout`), into
+  the old fields
+  (:mod:`troll_verl.integration.workers`).
 
 The rollout side (the vLLM server's top-K request, and the asynchronous trainers' client keeping the top-K across
 resumed chunks) is :mod:`troll_verl.bypass.vllm_topk`, its servers and replicas :mod:`troll_verl.bypass.vllm_replica`.
 The data path (no verl file patched): vLLM server → ``TokenOutput.extra_fields`` → agent loop → the sample's
-``extra_fields`` in the TransferQueue → :func:`put_old_topk_from_rollout` → ``old_log_probs`` and ``troll_old_*``
-(:data:`~troll_verl.core.layout.OLD_FIELDS`), response-aligned, which TROLL's update reads as usual.
+``extra_fields`` (v1 trainer: a TransferQueue field; legacy trainer: one column per extra field) → the actor's
+update batch → :func:`old_fields_from_batch` in TROLL's worker → :data:`~troll_verl.core.layout.OLD_FIELDS`,
+response-aligned, which TROLL's update reads as usual; ``old_log_probs`` is the rollout's (verl's bypass mode).
 
-NOTE: the top-K travels inside verl's non-tensor ``extra_fields`` (K × 8 bytes per token: 512 B at K = 64), and stays
-there next to the tensors written from it; verl's agent loop lifts only its distillation teacher's fields out.
+NOTE: the top-K travels inside verl's non-tensor ``extra_fields`` (K × 8 bytes per token: 512 B at K = 64), the
+rollout's own output; the old fields made from it on the worker never enter verl's data plane.
 """
 
 from __future__ import annotations
@@ -55,8 +58,9 @@ __all__ = [
     "check_bypass_seams",
     "prepare_bypass",
     "install_topk_rollout",
-    "put_old_topk_from_rollout",
     "old_fields_from_rollout",
+    "rollout_topk",
+    "old_fields_from_batch",
 ]
 
 _VLLM = "vllm"
@@ -296,41 +300,56 @@ def old_fields_from_rollout(
     return fields, {"troll/rollout_tail_mass": float(tail_mass.mean()) if tail_mass.numel() else 0.0}
 
 
-def put_old_topk_from_rollout(batch, settings: TrollConfig, *, topk: int, response_length: int) -> dict:
-    """Write ``old_log_probs`` and TROLL's ``troll_old_*`` from the rollout into the TransferQueue (no actor pass).
+def rollout_topk(data) -> tuple[list, list] | None:
+    """The rollout's top-K arrays of every sample of an update's batch (bypass mode), or None where it carries none.
 
-    Args:
-        batch: verl's ``KVBatchMeta`` of the step (after verl's padding to a divisible size).
-        settings, topk, response_length: as :func:`old_fields_from_rollout`.
+    verl's v1 trainer hands the worker each sample's ``extra_fields`` (the dict the agent loop fills from the server's
+    ``TokenOutput.extra_fields``); verl's legacy agent loop makes each extra field a column of its own.
 
     Returns:
-        metrics: ``troll/rollout_tail_mass`` (:func:`old_fields_from_rollout`).
+        ``(topk_ids, topk_logprobs)``: per sample a ``(T, K)`` array, or None where a sample carries none.
     """
-    import transfer_queue as tq
-
-    fields = ["rollout_log_probs", "responses", "extra_fields"]
-    data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=fields)
-    rollout_log_probs, responses = _jagged(data["rollout_log_probs"]), _jagged(data["responses"])
+    keys = data.keys()
+    if TOPK_IDS_FIELD in keys:
+        return _per_sample(data.get(TOPK_IDS_FIELD)), _per_sample(data.get(TOPK_LOGPROBS_FIELD))
+    if "extra_fields" not in keys:
+        return None
     extras = [getattr(e, "data", e) or {} for e in _per_sample(data.get("extra_fields"))]
-    if not torch.equal(responses.offsets(), rollout_log_probs.offsets()):
-        raise RuntimeError(
-            "rollout_log_probs and responses have different lengths; the rollout output is corrupt (a rollout or agent "
-            "loop that does not score every response token). Set algorithm.rollout_correction.bypass_mode=false."
-        )
-    old, metrics = old_fields_from_rollout(
-        [e.get(TOPK_IDS_FIELD) for e in extras], [e.get(TOPK_LOGPROBS_FIELD) for e in extras],
-        list(responses.unbind()), [bool(tag.get("is_padding", False)) for tag in batch.tags], settings,
-        topk=topk, response_length=response_length,
-    )  # fmt: skip
-    data["old_log_probs"] = rollout_log_probs
-    for key, value in old.items():
-        data[key] = value
-    tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=data.select("old_log_probs", *OLD_FIELDS))
-    return metrics
+    if not any(TOPK_IDS_FIELD in e for e in extras):
+        return None
+    return [e.get(TOPK_IDS_FIELD) for e in extras], [e.get(TOPK_LOGPROBS_FIELD) for e in extras]
 
 
-def _jagged(tensor: torch.Tensor) -> torch.Tensor:
-    """A per-sample field as a jagged nested tensor (the TransferQueue stacks equal-length samples densely)."""
-    if tensor.is_nested:
-        return tensor
-    return torch.nested.as_nested_tensor(list(tensor.unbind(0)), layout=torch.jagged)
+def old_fields_from_batch(data, settings: TrollConfig) -> tuple[dict[str, torch.Tensor], dict[str, float]] | None:
+    """TROLL's old fields from the rollout's top-K that an update's batch carries (bypass mode), or None where it
+    carries none (:func:`rollout_topk`).
+
+    Args:
+        data: the actor's update batch (a ``TensorDict``): ``responses`` and ``response_mask``, nested ``(bsz, j)``
+            (v1 trainer) or padded ``(bsz, T)`` (legacy trainer), and the rollout's top-K.
+        settings: TROLL's settings (K, mass rule, floor, storage dtype).
+
+    Returns:
+        ``(fields, metrics)`` as :func:`old_fields_from_rollout`'s. A sample with no response token (verl's synthetic
+        padding sample: the first sample's fields copied, a one-token masked response) gets a point mass on its token.
+    """
+    from verl.utils import tensordict_utils as tu
+
+    from troll_verl.core.layout import response_lengths, response_values
+
+    rollout = rollout_topk(data)
+    if rollout is None:
+        return None
+    lengths = response_lengths(data)
+    responses = torch.split(response_values(data["responses"], lengths), lengths.tolist())
+    masks = torch.split(response_values(data["response_mask"], lengths), lengths.tolist())
+    padding = [not bool(mask.any()) for mask in masks]
+    # where verl cut responses: the legacy trainer's padded width is rollout.response_length; the v1 trainer's nested
+    # batch does not say, and no response is longer than the cut
+    # NOTE: on the v1 trainer a response as long as the batch's longest is taken as cut there, so the check that the
+    # rollout's rows and an uncut response line up is not made for it
+    cut_at = int(tu.get_non_tensor_data(data, "max_response_len", -1))
+    if cut_at < 0:
+        cut_at = int(lengths.max()) if lengths.numel() else 0
+    return old_fields_from_rollout(*rollout, list(responses), padding, settings, topk=settings.topk,
+                                   response_length=cut_at)  # fmt: skip

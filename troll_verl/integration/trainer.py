@@ -34,8 +34,8 @@ every code path of that verl trainer (and its ``trainer.v1.<mode>.*`` settings) 
   setting to change, and selects TROLL's settings class where verl's stock policy-loss config is named;
 - swaps verl's critic and ``separate_async`` worker classes for TROLL's (the CPU platform's process group, π_old's
   copy: :mod:`troll_verl.integration.workers`);
-- in bypass mode, writes the vLLM rollout's top-K as the old fields in place of the old-log-prob pass, and keeps
-  them across the asynchronous trainers' resumed requests (:mod:`troll_verl.bypass`).
+- in bypass mode, sets the vLLM rollout up to return its top-K (which TROLL's actor training worker turns into the
+  old fields) and keeps it across the asynchronous trainers' resumed requests (:mod:`troll_verl.bypass`).
 
 With ``loss_mode`` other than ``troll`` each behaves exactly like the verl trainer it extends (the clip baselines).
 """
@@ -52,7 +52,7 @@ from verl.trainer.ppo.v1.trainer_separate_async import PPOTrainerSeparateAsync
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from verl.workers.rollout.llm_server import FullyAsyncLLMServerClient
 
-from troll_verl.bypass.mode import bypass_requested, prepare_bypass, put_old_topk_from_rollout
+from troll_verl.bypass.mode import bypass_requested, prepare_bypass
 from troll_verl.bypass.vllm_topk import TopKFullyAsyncLLMServerClient
 from troll_verl.compat import rebuild_llm_client
 from troll_verl.platform.cpu import cpu_platform_requested
@@ -96,9 +96,11 @@ class TrollTrainerMixin:
             # verl's old-log-prob pass stores the old top-K that TROLL's update hook reads (upstream C)
             with open_dict(config):
                 config.actor_rollout_ref.actor.calculate_old_topk = self.troll_settings.topk
-        # bypass mode: the old distribution is the vLLM rollout's top-K and no old-log-prob pass runs (bypass.py)
+        # bypass mode: the old distribution is the vLLM rollout's top-K and no old-log-prob pass runs (bypass/mode.py)
         self.troll_bypass = self.uses_troll and bypass_requested(config)
-        self.troll_rollout_topk = prepare_bypass(config, self.troll_settings) if self.troll_bypass else None
+        if self.troll_bypass:
+            # the rollout returns its top-K, which TROLL's actor training worker turns into the old distribution
+            prepare_bypass(config, self.troll_settings)
         # NOTE: verl keys its sync-vs-async behaviour off trainer.v1.trainer_mode; run as verl's own mode.
         with open_dict(config):
             config.trainer.v1.trainer_mode = self.troll_base_mode
@@ -127,19 +129,6 @@ class TrollTrainerMixin:
             # client (config and load balancer) as TROLL's subclass keeps the top-K.
             client = rebuild_llm_client(client, TopKFullyAsyncLLMServerClient)
         return client
-
-    def _compute_old_log_prob(self, batch, metrics: dict):
-        if not self.troll_bypass:
-            return super()._compute_old_log_prob(batch, metrics)
-        metrics.update(
-            put_old_topk_from_rollout(
-                batch,
-                self.troll_settings,
-                topk=self.troll_rollout_topk,
-                response_length=self.config.actor_rollout_ref.rollout.response_length,
-            )  # fmt: skip
-        )
-        return batch
 
 
 class TrollTrainer(TrollTrainerMixin, PPOTrainerSync):

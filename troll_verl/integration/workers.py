@@ -26,8 +26,10 @@ policy-loss logits seam:
   top-K is kept on this worker (:class:`~troll_verl.integration.old_cache.OldTopKCache`): nothing of it enters the
   pass's output, so verl's data plane never carries it. A reference pass through the actor (LoRA,
   ``no_lora_adapter``) stays verl's own;
-- ``train_mini_batch`` (the update) puts the old top-K on its batch before verl splits it into mini-batches: the
-  rollout's where the batch already carries one (bypass mode), else the kept one where every sequence's kept
+- ``train_mini_batch`` (the update) puts the old top-K on its batch before verl splits it into mini-batches: made
+  from the rollout's top-K where the batch carries it (bypass mode: each sample's ``extra_fields`` on the v1
+  trainers, a column each on the legacy one; :func:`troll_verl.bypass.mode.old_fields_from_batch`; on a verl with
+  the seam too, whose hook then reads it), else the kept one where every sequence's kept
   log-probs equal the ``old_log_probs`` it received, else one no-grad pass over the shard from the weights before
   the first optimizer step, whose sampled-token log-probs then replace ``old_log_probs``, so the ratio and the
   projection never use two different old policies. Metrics: ``troll/old_pass_reused_frac`` (sequences served from
@@ -55,13 +57,13 @@ from verl.single_controller.base.decorator import make_nd_compute_dataproto_disp
 from verl.utils import tensordict_utils as tu
 from verl.workers.engine_workers import TrainingWorker
 
-from troll_verl.bypass.mode import old_fields_from_rollout
-from troll_verl.bypass.vllm_topk import TOPK_IDS_FIELD, TOPK_LOGPROBS_FIELD
+from troll_verl.bypass.mode import old_fields_from_batch
 from troll_verl.compat import ENGINE_BATCH_ADAPTER_METHODS, VerlVersionError, ppo_loss_actor_config
-from troll_verl.core.layout import OLD_FIELDS, response_lengths, response_values
+from troll_verl.core.layout import OLD_FIELDS
 from troll_verl.platform.cpu import init_cpu_process_group
 
 from .checks import uses_troll
+from .config import troll_settings
 from .loss_fn import TROLL_MODE_KEY, TrollLossFn
 from .old_cache import OldTopKCache
 from .seam import seam_available
@@ -105,13 +107,17 @@ class TrollActorTrainingWorker(TrollTrainingWorker):
     def __init__(self, config):
         super().__init__(config)
         self.troll_loss_fn: TrollLossFn | None = None
+        self.troll_settings = None  # TROLL's settings where the loss is troll (both routes)
         self.old_topk_cache = OldTopKCache()
         self._miss_reported = False  # the first miss is a warning, later ones info
 
     def set_loss_fn(self, loss_fn):
         """verl's closure; ``TrollLossFn`` instead where verl's ``ppo_loss`` closure names ``loss_mode=troll``."""
         actor_config = ppo_loss_actor_config(loss_fn)
-        if actor_config is not None and uses_troll(actor_config.policy_loss) and not seam_available():
+        if actor_config is None or not uses_troll(actor_config.policy_loss):
+            return super().set_loss_fn(loss_fn)
+        self.troll_settings = troll_settings(actor_config)
+        if not seam_available():
             self.troll_loss_fn = TrollLossFn(actor_config, old_sink=self.old_topk_cache.put)
             loss_fn = self.troll_loss_fn
         super().set_loss_fn(loss_fn)
@@ -127,8 +133,10 @@ class TrollActorTrainingWorker(TrollTrainingWorker):
     def train_mini_batch(self, data: TensorDict) -> TensorDict:
         """verl's update; with TROLL the old top-K goes on ``data`` first and the logits hook computes TROLL's terms
         (verl's own log-prob on those logits skipped)."""
-        if self.troll_loss_fn is None or ENGINE_BATCH_ADAPTER:
+        if ENGINE_BATCH_ADAPTER:
             return super().train_mini_batch(data)
+        if self.troll_loss_fn is None:
+            return self._seam_update(data, super().train_mini_batch)
         return self._troll_update(data, super().train_mini_batch)
 
     # verl's neo shape (ENGINE_BATCH_ADAPTER): the entry points above adapt the batch (a NeoProto view) to the engine's
@@ -139,13 +147,22 @@ class TrollActorTrainingWorker(TrollTrainingWorker):
 
     def _train_mini_batch_impl(self, data: TensorDict) -> TensorDict:
         if self.troll_loss_fn is None:
-            return super()._train_mini_batch_impl(data)
+            return self._seam_update(data, super()._train_mini_batch_impl)
         return self._troll_update(data, super()._train_mini_batch_impl)
 
     def _mark_old_pass(self, data: TensorDict) -> None:
         """Turn on the logits hook for TROLL's old pass (not for a reference pass through the actor)."""
         if self.troll_loss_fn is not None and not tu.get_non_tensor_data(data, "no_lora_adapter", default=False):
             tu.assign_non_tensor(data, compute_loss=True, distillation_use_topk=True, **{TROLL_MODE_KEY: "old"})
+
+    def _seam_update(self, data: TensorDict, update) -> TensorDict:
+        """verl's own update (other losses; TROLL on a verl with the seam, whose hook reads OLD_FIELDS where the batch
+        carries them: the rollout's top-K, put here in bypass mode)."""
+        metrics = self._put_rollout_topk(data) if self.troll_settings is not None else None
+        output = update(data)
+        if output is not None and metrics is not None:
+            tu.get(output, "metrics").update({key: [value] for key, value in metrics.items()})
+        return output
 
     def _troll_update(self, data: TensorDict, update) -> TensorDict:
         """verl's ``update`` on ``data`` with the old top-K put on it and the logits hook on; the source metrics."""
@@ -162,14 +179,14 @@ class TrollActorTrainingWorker(TrollTrainingWorker):
     def _put_old_topk(self, data: TensorDict) -> dict[str, float]:
         """Put the old top-K on the update's shard ``data`` (see the module docstring); its metrics."""
         if all(key in data.keys() for key in OLD_FIELDS):
-            # bypass mode: the trainer put the rollout's top-K; the first micro-batch measures the mismatch
+            # the caller made the old top-K itself (as the seam's core.losses.troll_old_fields takes it: as it is)
             self.troll_loss_fn.measure_mismatch()
             return dict(_FROM_ROLLOUT)
-        if TOPK_IDS_FIELD in data.keys():
-            # bypass mode on the legacy trainer: the rollout's top-K arrived as the agent loop's per-sample columns
-            tail = self._put_old_topk_from_rollout_columns(data)
+        from_rollout = self._put_rollout_topk(data)
+        if from_rollout is not None:
+            # bypass mode: the first micro-batch measures the rollout's mismatch against the actor
             self.troll_loss_fn.measure_mismatch()
-            return {**_FROM_ROLLOUT, **tail}
+            return from_rollout
         fields, hits = self.old_topk_cache.take(data)
         n = len(data["input_ids"].offsets()) - 1
         recompute_s = 0.0
@@ -197,20 +214,19 @@ class TrollActorTrainingWorker(TrollTrainingWorker):
             data[key] = value
         return dict(zip(OLD_PASS_METRICS, (hits / max(n, 1), recompute_s, 0.0), strict=True))
 
-    def _put_old_topk_from_rollout_columns(self, data: TensorDict) -> dict[str, float]:
-        """OLD_FIELDS on ``data`` from the rollout's top-K columns (verl's legacy agent loop puts every extra field of
-        a sample in a column of that name; ``old_log_probs`` is already the rollout's: verl's ``apply_bypass_mode``)."""
-        lengths = response_lengths(data)
-        responses = torch.split(response_values(data["responses"], lengths), lengths.tolist())
-        settings = self.troll_loss_fn.config.policy_loss
-        cut_at = int(tu.get_non_tensor_data(data, "max_response_len", -1))
-        fields, metrics = old_fields_from_rollout(data.get(TOPK_IDS_FIELD), data.get(TOPK_LOGPROBS_FIELD),
-                                                  list(responses), [False] * len(responses), settings,
-                                                  topk=settings.topk, response_length=cut_at)  # fmt: skip
+    def _put_rollout_topk(self, data: TensorDict) -> dict[str, float] | None:
+        """OLD_FIELDS on ``data`` from the rollout's top-K where the batch carries it (bypass mode where the rollout
+        was asked for it: :func:`troll_verl.bypass.mode.prepare_bypass`), by
+        :func:`~troll_verl.bypass.mode.old_fields_from_batch`; the source metrics and ``troll/rollout_tail_mass``, or
+        None where it carries none. ``old_log_probs`` is already the rollout's (verl's bypass mode)."""
+        made = old_fields_from_batch(data, self.troll_settings)
+        if made is None:
+            return None
+        fields, tail = made
         device = data["input_ids"].device
         for key, value in fields.items():
             data[key] = value.to(device)
-        return metrics
+        return {**_FROM_ROLLOUT, **tail}
 
     def _old_pass(self, data: TensorDict) -> None:
         """One no-grad pass over ``data`` from the current weights, keeping its old top-K (verl's infer_batch)."""
