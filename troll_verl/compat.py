@@ -51,6 +51,7 @@ __all__ = [
     "rollout_replica_loader",
     "is_verls_rollout_loader",
     "registered_policy_loss",
+    "registered_agent_loop",
     "registered_trainer",
     "ppo_loss_actor_config",
     "WORKER_CLASS_HOOKS",

@@ -147,7 +147,7 @@ class _Batch(SimpleNamespace):
 
 def _trainer(troll=True, cls=TrollTrainer):
     trainer = object.__new__(cls)
-    trainer.uses_troll = troll
+    trainer.troll_enabled = troll
     trainer.troll_bypass = False  # the actor recomputes the old distribution (bypass mode: test_bypass_on_cpu.py)
     trainer.troll_settings = TrollPolicyLossConfig()
     return trainer

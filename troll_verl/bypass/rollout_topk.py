@@ -42,7 +42,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from troll_verl.core.sparse import OldTopK, check_support_args, mass_rule_mask
+from troll_verl.core.sparse import mass_rule_mask
+from troll_verl.core.support import OldTopK, check_support_args
 
 __all__ = [
     "old_topk_from_rollout",

@@ -101,9 +101,9 @@ class TrollRayPPOTrainer(RayPPOTrainer):
     """
 
     def __init__(self, config: DictConfig, *args, **kwargs):
-        self.uses_troll = uses_troll(config.actor_rollout_ref.actor.policy_loss)
-        self.troll_settings = validate_troll_config(config) if self.uses_troll else None
-        if self.uses_troll:
+        self.troll_enabled = uses_troll(config.actor_rollout_ref.actor.policy_loss)
+        self.troll_settings = validate_troll_config(config) if self.troll_enabled else None
+        if self.troll_enabled:
             use_troll_policy_loss_config(config)
             if bypass_requested(config):
                 # the rollout returns its top-K (a column per sample), which TROLL's training worker turns into the

@@ -94,6 +94,9 @@ VLLM_ROLLOUT_NAME = "vllm"
 
 __all__ = [
     "register",
+    "when_imported",
+    "troll_logits_hook",
+    "troll_policy_loss_spec",
     "troll_policy_loss_seam",
     "troll_policy_loss_stock",
     "POLICY_LOSS_NAME",

@@ -88,16 +88,16 @@ class TrollTrainerMixin:
     troll_base_mode: ClassVar[str]
 
     def __init__(self, config: DictConfig):
-        self.uses_troll = uses_troll(config.actor_rollout_ref.actor.policy_loss)
-        self.troll_settings = validate_troll_config(config) if self.uses_troll else None
-        if self.uses_troll:
+        self.troll_enabled = uses_troll(config.actor_rollout_ref.actor.policy_loss)
+        self.troll_settings = validate_troll_config(config) if self.troll_enabled else None
+        if self.troll_enabled:
             use_troll_policy_loss_config(config)
-        if self.uses_troll and seam_available() and not config.actor_rollout_ref.actor.get("calculate_old_topk", 0):
+        if self.troll_enabled and seam_available() and not config.actor_rollout_ref.actor.get("calculate_old_topk", 0):
             # verl's old-log-prob pass stores the old top-K that TROLL's update hook reads (upstream C)
             with open_dict(config):
                 config.actor_rollout_ref.actor.calculate_old_topk = self.troll_settings.topk
         # bypass mode: the old distribution is the vLLM rollout's top-K and no old-log-prob pass runs (bypass/mode.py)
-        self.troll_bypass = self.uses_troll and bypass_requested(config)
+        self.troll_bypass = self.troll_enabled and bypass_requested(config)
         if self.troll_bypass:
             # the rollout returns its top-K, which TROLL's actor training worker turns into the old distribution
             prepare_bypass(config, self.troll_settings)

@@ -39,7 +39,7 @@ from .cpu import cpu_platform_requested
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["RayDemand", "ray_demand", "apply_ray_resources", "RayResourceError"]
+__all__ = ["RayDemand", "ray_demand", "apply_ray_resources", "check_cpu_settings", "RayResourceError"]
 
 
 class RayResourceError(ValueError):

