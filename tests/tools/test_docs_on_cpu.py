@@ -447,3 +447,13 @@ def test_the_module_table_names_every_module():
     assert len(modules) > 50, modules
     missing = [m for m in modules if not any(m == p or (p.endswith("/") and m.startswith(p)) for p in named)]
     assert not missing, f"docs/design.md's module table does not name: {missing}"
+
+
+README_MAX_LINES = 110
+
+
+def test_the_readme_stays_short():
+    """The README gives the two commands, the switch, the headline with its evidence, the GPU status and links; the
+    rest lives in docs/ (the status table in docs/status.md)."""
+    lines = (ROOT / "README.md").read_text().splitlines()
+    assert len(lines) <= README_MAX_LINES, f"README.md has {len(lines)} lines; move detail into docs/"
