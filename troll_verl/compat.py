@@ -374,7 +374,9 @@ INTERNAL_IMPORTS = {
 # ppo_loss averages every policy-loss metric (integration/loss_fn.py re-tags TROLL's maxima and loss parts by key after
 # it returns) and calls the loss with keywords; it sums the loss metrics once any global batch information is set
 # (core/losses.py's _loss_aggregation mirrors that rule for the seam route, where ppo_loss hands a loss no decision);
-# the engine hands the logits hook to the model output's post-processing.
+# the engine hands the logits hook to the model output's post-processing; and verl's start-up assertions that no
+# callable verl function performs (each inline in a method that needs a live worker, engine or batch), which the dry
+# run copies as config checks (tools/verl_startup_checks.py).
 MIRRORED_STATEMENTS = {
     "verl/workers/utils/losses.py": (
         "Metric.from_dict(pg_metrics, aggregation=AggregationType.MEAN)",
@@ -399,7 +401,23 @@ MIRRORED_STATEMENTS = {
         "self.actor.set_loss_fn(self.loss_fn)",
         "output = self.actor.infer_batch(data)",
         "output = self.actor.train_mini_batch(data=data)",
+        # the dry run's copies (tools/verl_startup_checks.py) of verl's inline start-up assertions, here and below
+        "assert self.world_size % infer_world_size == 0",
+        "assert self.config.actor.use_dynamic_bsz == self.config.rollout.log_prob_use_dynamic_bsz",
     ),
+    "verl/workers/rollout/replica.py": ("assert self.world_size % self.gpus_per_replica_node == 0",),
+    "verl/utils/seqlen_balancing.py": ("assert max_token_len >= max_seq_len",),
+    "verl/trainer/ppo/v1/trainer_base.py": (
+        "critic_cfg.engine.max_token_len_per_gpu = critic_cfg.ppo_infer_max_token_len_per_gpu",
+    ),
+    "verl/trainer/ppo/v1/trainer_separate_async.py": (
+        "assert train_batch_size == parameter_sync_step * ppo_mini_batch_size",
+        'assert config.actor_rollout_ref.rollout.nnodes > 0, "nnodes must be > 0 in separate async training"',
+        "assert config.actor_rollout_ref.rollout.n_gpus_per_node > 0",
+        'assert config.actor_rollout_ref.rollout.checkpoint_engine.backend != "naive"',
+        "assert config.reward.reward_model.enable_resource_pool",
+    ),
+    "verl/workers/rollout/llm_server.py": ("num_replicas = ",),
     # integration/legacy.py's seeded requests read the step verl's legacy trainer puts on the generation batch, and
     # its task runner re-states verl's run (to build TROLL's trainer, which verl's hard-codes)
     "verl/trainer/ppo/ray_trainer.py": ('batch.meta_info["global_steps"]',),

@@ -17,7 +17,9 @@ The dry run (:mod:`troll_verl.tools.dry_run`) builds verl's config dataclasses a
 (workers and engines: rollout and Megatron world sizes, dynamic-batch flags, token budgets) and
 :func:`check_trainer_mode` (``separate_async``: batch = sync steps x mini-batch, a standalone rollout pool that holds
 a replica, a checkpoint engine other than ``naive``). Each is a copy of a statement inline in verl
-(:data:`VERL_INLINE_CHECKS`), guarded by a test that verl's source still holds it.
+(registered in :data:`troll_verl.compat.MIRRORED_STATEMENTS`, whose test checks that verl's source still holds it;
+the two whose verl code runs without a cluster, seqlen_balancing's token budget and RolloutReplica's node tiling, are
+also tested against verl's behaviour at their boundaries).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from typing import Any
 from omegaconf import DictConfig
 from verl.workers.config import McoreEngineConfig
 
-__all__ = ["VERL_INLINE_CHECKS", "check_startup", "check_trainer_mode", "trainer_gpus"]
+__all__ = ["check_startup", "check_trainer_mode", "trainer_gpus"]
 
 
 def trainer_gpus(config: DictConfig) -> int:
@@ -35,36 +37,11 @@ def trainer_gpus(config: DictConfig) -> int:
     return int(config.trainer.n_gpus_per_node) * int(config.trainer.nnodes)
 
 
-# verl 0.9.1's start-up assertions that no callable verl function performs: each is inline in a method that needs a
-# live worker, engine or batch, so the dry run keeps a copy. tests/tools/test_dry_run_on_cpu.py checks that verl's
-# source still holds each of these statements, so a verl that changes one fails the tests instead of drifting silently;
-# the two whose verl code can run without a cluster (seqlen_balancing's token budget, RolloutReplica's node tiling) are
-# also tested against verl's behaviour at their boundaries. The others need a live worker group or trainer.
-VERL_INLINE_CHECKS = {
-    "verl/workers/engine_workers.py": (
-        "assert self.world_size % infer_world_size == 0",
-        "assert self.config.actor.use_dynamic_bsz == self.config.rollout.log_prob_use_dynamic_bsz",
-    ),
-    "verl/workers/rollout/replica.py": ("assert self.world_size % self.gpus_per_replica_node == 0",),
-    "verl/utils/seqlen_balancing.py": ("assert max_token_len >= max_seq_len",),
-    "verl/trainer/ppo/v1/trainer_base.py": (
-        "critic_cfg.engine.max_token_len_per_gpu = critic_cfg.ppo_infer_max_token_len_per_gpu",
-    ),
-    "verl/trainer/ppo/v1/trainer_separate_async.py": (
-        "assert train_batch_size == parameter_sync_step * ppo_mini_batch_size",
-        'assert config.actor_rollout_ref.rollout.nnodes > 0, "nnodes must be > 0 in separate async training"',
-        "assert config.actor_rollout_ref.rollout.n_gpus_per_node > 0",
-        'assert config.actor_rollout_ref.rollout.checkpoint_engine.backend != "naive"',
-        "assert config.reward.reward_model.enable_resource_pool",
-    ),
-    "verl/workers/rollout/llm_server.py": ("num_replicas = ",),
-}
-
-
 def check_startup(config: DictConfig, actor: Any, rollout: Any, use_ref: bool, critic: Any | None) -> list[str]:
     """verl's start-up assertions that depend on the config alone and that only a live worker would run (see
-    :data:`VERL_INLINE_CHECKS`); returns warnings. What verl's own ``validate_config`` checks (``prepare`` ran it:
-    batch sizes without dynamic batching, the actor's Megatron parallel sizes) is not repeated here.
+    :data:`troll_verl.compat.MIRRORED_STATEMENTS`); returns warnings. What verl's own ``validate_config`` checks
+    (``prepare`` ran it: batch sizes without dynamic batching, the actor's Megatron parallel sizes) is not repeated
+    here.
 
     Raises:
         ValueError: naming the setting to change.
