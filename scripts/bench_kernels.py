@@ -69,13 +69,22 @@ STAGE_LIMIT_S = {"env": 30, "floor": 40, "correctness": 100, "loss": 170, "kerne
 SMOKE_LIMIT_S = 600
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 KL_BOUND = 0.05
-CFG = SimpleNamespace(kl_bound=KL_BOUND, alpha=1.0, tail="bucket", solver="newton", solver_max_iter=30,
-                      solver_tol=None, eta_max=1e6)  # fmt: skip
+CFG = SimpleNamespace(
+    kl_bound=KL_BOUND, alpha=1.0, tail="bucket", solver="newton", solver_max_iter=30, solver_tol=None, eta_max=1e6
+)
 VARIANTS = ("torch_clip", "fused_clip", "troll_torch", "troll_kernels")
 # (N, H, V, dtype), the Qwen3-4B and Qwen3-8B shapes first
-LOSS_CASES = [(8192, 2560, 151936, "bf16"), (8192, 4096, 151936, "bf16"), (8192, 2560, 151936, "fp32"),
-              (2048, 2560, 151936, "bf16"), (2048, 4096, 151936, "bf16"), (16384, 2560, 151936, "bf16"),
-              (16384, 4096, 151936, "bf16"), (8192, 2560, 32768, "bf16"), (8192, 2560, 65536, "bf16")]  # fmt: skip
+LOSS_CASES = [
+    (8192, 2560, 151936, "bf16"),
+    (8192, 4096, 151936, "bf16"),
+    (8192, 2560, 151936, "fp32"),
+    (2048, 2560, 151936, "bf16"),
+    (2048, 4096, 151936, "bf16"),
+    (16384, 2560, 151936, "bf16"),
+    (16384, 4096, 151936, "bf16"),
+    (8192, 2560, 32768, "bf16"),
+    (8192, 2560, 65536, "bf16"),
+]
 SMOKE_CASES = [(4, 16, 1500, "bf16")]
 
 
@@ -166,8 +175,15 @@ def make_inputs(n, h, v, dtype, device, topk, drift=0.5, seed=0):
         old = tp.sparse.old_topk_from_logits(logits_old, topk=topk, mass_delta=1e-5)
     del logits_old
     adv = torch.randn(n, generator=g, **to).sign()
-    return dict(hidden=hidden.to(dtype).requires_grad_(True), weight=weight.to(dtype).requires_grad_(True),
-                sampled=sampled, old_lp=old_lp, old=old, adv=adv, topk=topk)  # fmt: skip
+    return dict(
+        hidden=hidden.to(dtype).requires_grad_(True),
+        weight=weight.to(dtype).requires_grad_(True),
+        sampled=sampled,
+        old_lp=old_lp,
+        old=old,
+        adv=adv,
+        topk=topk,
+    )
 
 
 # --------------------------------------------------------------------------------------------------------- the losses
@@ -186,8 +202,9 @@ def troll_objective(terms, old_lp, adv, alpha=1.0):
     ratio = torch.exp((terms.proj_log_prob - old_lp).clamp(-20.0, 20.0))
     loss = (-adv * ratio).mean() + alpha * terms.regression.mean()
     with torch.no_grad():
-        metrics = torch.stack([terms.kl_before.mean(), terms.kl_after.max(), terms.projected.mean(),
-                               terms.support_size.mean()]).tolist()  # fmt: skip
+        metrics = torch.stack(
+            [terms.kl_before.mean(), terms.kl_after.max(), terms.projected.mean(), terms.support_size.mean()]
+        ).tolist()
     return loss, metrics
 
 
@@ -251,15 +268,28 @@ def run_step(x, variant: str, logits=None):
 def stage_env(ctx: Context) -> dict:
     import triton
 
-    info = {"python": sys.version.split()[0], "torch": torch.__version__, "triton": triton.__version__,
-            "cuda": torch.version.cuda, "device": str(ctx.device)}  # fmt: skip
+    info = {
+        "python": sys.version.split()[0],
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "cuda": torch.version.cuda,
+        "device": str(ctx.device),
+    }
     if ctx.device.type == "cuda":
         props = torch.cuda.get_device_properties(0)
-        info.update(gpu=props.name, gpu_memory_gib=round(props.total_memory / 2**30, 1),
-                    sm_count=props.multi_processor_count, capability=f"{props.major}.{props.minor}")  # fmt: skip
+        info.update(
+            gpu=props.name,
+            gpu_memory_gib=round(props.total_memory / 2**30, 1),
+            sm_count=props.multi_processor_count,
+            capability=f"{props.major}.{props.minor}",
+        )
         try:
-            info["driver"] = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                                            capture_output=True, text=True, timeout=20).stdout.strip()  # fmt: skip
+            info["driver"] = subprocess.run(
+                ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                capture_output=True,
+                text=True,
+                timeout=20,
+            ).stdout.strip()
         except (OSError, subprocess.TimeoutExpired):
             info["driver"] = None
     return info
@@ -302,8 +332,11 @@ def floor_ms(floor: dict, n: int, h: int, v: int, dtype: str) -> float | None:
 
 
 def _check(name, ok, **values) -> dict:
-    return {"check": name, "ok": bool(ok), **{k: (float(v) if isinstance(v, torch.Tensor | float) else v)
-                                              for k, v in values.items()}}  # fmt: skip
+    return {
+        "check": name,
+        "ok": bool(ok),
+        **{k: (float(v) if isinstance(v, torch.Tensor | float) else v) for k, v in values.items()},
+    }
 
 
 MASS_DELTA = 1e-5
@@ -336,11 +369,16 @@ def old_topk_agreement(got, ref, window: dict) -> dict:
     same = ck == ct
     tail_err = torch.where(same, (got.tail_logprob - ref.tail_logprob).abs(), 0.0).max()
     ok = bool(inside(ck).all()) and bool(inside(ct).all()) and lp_err < 1e-4 and tail_err < 1e-3
-    return dict(ok=ok, logprob_err=lp_err, tail_err=tail_err, rows_cut_elsewhere=int((~same).sum()),
-                kernel_rows_outside_window=int((~inside(ck)).sum()),
-                torch_rows_outside_window=int((~inside(ct)).sum()),
-                rows_with_equal_ids=(got.ids == ref.ids).all(-1).float().mean(),
-                window_tol=window["tol_max"])  # fmt: skip
+    return dict(
+        ok=ok,
+        logprob_err=lp_err,
+        tail_err=tail_err,
+        rows_cut_elsewhere=int((~same).sum()),
+        kernel_rows_outside_window=int((~inside(ck)).sum()),
+        torch_rows_outside_window=int((~inside(ct)).sum()),
+        rows_with_equal_ids=(got.ids == ref.ids).all(-1).float().mean(),
+        window_tol=window["tol_max"],
+    )
 
 
 def support_agreement(got, ref, window: dict) -> dict:
@@ -360,8 +398,14 @@ def support_agreement(got, ref, window: dict) -> dict:
     old_err = torch.where(both, (got.old_logprobs[:, :width] - ref.old_logprobs[:, :width]).abs(), 0.0).max()
     tail_err = torch.where(equal, (got.new_logprobs[:, -1] - ref.new_logprobs[:, -1]).abs(), 0.0).max()
     ok = outside == 0 and new_err < 1e-4 and old_err < 1e-6 and tail_err < 1e-3
-    return dict(ok=ok, rows_with_equal_union=equal.float().mean(), rows_differing_outside_window=outside,
-                new_logprob_err=new_err, old_logprob_err=old_err, tail_err=tail_err)  # fmt: skip
+    return dict(
+        ok=ok,
+        rows_with_equal_union=equal.float().mean(),
+        rows_differing_outside_window=outside,
+        new_logprob_err=new_err,
+        old_logprob_err=old_err,
+        tail_err=tail_err,
+    )
 
 
 def stage_correctness(ctx: Context) -> dict:
@@ -381,41 +425,68 @@ def stage_correctness(ctx: Context) -> dict:
             ref_lse = torch.logsumexp(zr, -1)
             pad = torch.full((zr.shape[0], cmax.shape[1] * 128 - v), -math.inf, device=dev)
             ref_cmax = torch.cat([zr, pad], 1).view(zr.shape[0], -1, 128).amax(-1)
-            checks.append(_check(f"stats {name}", (lse - ref_lse).abs().max() < 1e-4 and torch.equal(cmax, ref_cmax),
-                                 lse_err=(lse - ref_lse).abs().max()))  # fmt: skip
+            checks.append(
+                _check(
+                    f"stats {name}",
+                    (lse - ref_lse).abs().max() < 1e-4 and torch.equal(cmax, ref_cmax),
+                    lse_err=(lse - ref_lse).abs().max(),
+                )
+            )
             old_k = k.support.old_topk_from_logits(z, topk=topk, mass_delta=MASS_DELTA)
             old_t = tp.sparse.old_topk_from_logits(z, topk=topk, mass_delta=MASS_DELTA)
             window = mass_rule_window(z, topk, MASS_DELTA)
             checks.append(_check(f"old top-K {name}", **old_topk_agreement(old_k, old_t, window)))
             zk = z.detach().clone().requires_grad_(True)
             zt = z.detach().clone().requires_grad_(True)
-            sup_k = k.support.troll_sparse_from_logits(zk, x["sampled"], x["old"], x["old_lp"], topk=topk,
-                                                        mass_delta=MASS_DELTA)  # fmt: skip
-            sup_t = tp.sparse.troll_sparse_from_logits(zt, x["sampled"], x["old"], x["old_lp"], topk=topk,
-                                                        mass_delta=MASS_DELTA)  # fmt: skip
+            sup_k = k.support.troll_sparse_from_logits(
+                zk, x["sampled"], x["old"], x["old_lp"], topk=topk, mass_delta=MASS_DELTA
+            )
+            sup_t = tp.sparse.troll_sparse_from_logits(
+                zt, x["sampled"], x["old"], x["old_lp"], topk=topk, mass_delta=MASS_DELTA
+            )
             checks.append(_check(f"support {name}", **support_agreement(sup_k, sup_t, window)))
             tk, it_k = k.projection.troll_token_terms(sup_k, CFG)
             tt, it_t = tp.terms.troll_token_terms(sup_t, CFG)
             bound = float(torch.where(tk.projected > 0, tk.kl_after, 0.0).max())
             plp_err = (tk.proj_log_prob - tt.proj_log_prob).abs().max()
-            checks.append(_check(f"projection and terms {name}", bound <= KL_BOUND and plp_err < 1e-2,
-                                 kl_after_max=bound, proj_log_prob_err=plp_err, iters_kernels=int(it_k),
-                                 iters_torch=int(it_t), projected=tk.projected.mean()))  # fmt: skip
+            checks.append(
+                _check(
+                    f"projection and terms {name}",
+                    bound <= KL_BOUND and plp_err < 1e-2,
+                    kl_after_max=bound,
+                    proj_log_prob_err=plp_err,
+                    iters_kernels=int(it_k),
+                    iters_torch=int(it_t),
+                    projected=tk.projected.mean(),
+                )
+            )
             lk, _ = troll_objective(tk, x["old_lp"], x["adv"])
             lt, _ = troll_objective(tt, x["old_lp"], x["adv"])
             (gk,) = torch.autograd.grad(lk, zk)
             (gt,) = torch.autograd.grad(lt, zt)
             tol = 2e-2 if dtype == torch.bfloat16 else 1e-3
-            checks.append(_check(f"TROLL loss and gradient {name}", rel_err(lk, lt) < tol and rel_err(gk, gt) < tol,
-                                 loss_rel_err=rel_err(lk, lt), grad_rel_err=rel_err(gk, gt)))  # fmt: skip
+            checks.append(
+                _check(
+                    f"TROLL loss and gradient {name}",
+                    rel_err(lk, lt) < tol and rel_err(gk, gt) < tol,
+                    loss_rel_err=rel_err(lk, lt),
+                    grad_rel_err=rel_err(gk, gt),
+                )
+            )
             zc = z.detach().clone().requires_grad_(True)
             lp_k = k.clip.token_logprobs(zc, x["sampled"])
             (gck,) = torch.autograd.grad(lp_k.sum(), zc)
             zf = z.detach().float().requires_grad_(True)
             lp_t = torch.log_softmax(zf, -1).gather(1, x["sampled"][:, None])[:, 0]
             (gct,) = torch.autograd.grad(lp_t.sum(), zf)
-            checks.append(_check(f"fused clip {name}", (lp_k - lp_t).abs().max() < 1e-3 and rel_err(gck, gct) < tol,
-                                 logprob_err=(lp_k - lp_t).abs().max(), grad_rel_err=rel_err(gck, gct)))  # fmt: skip
+            checks.append(
+                _check(
+                    f"fused clip {name}",
+                    (lp_k - lp_t).abs().max() < 1e-3 and rel_err(gck, gct) < tol,
+                    logprob_err=(lp_k - lp_t).abs().max(),
+                    grad_rel_err=rel_err(gck, gct),
+                )
+            )
         except Exception as exc:  # noqa: BLE001 - a failing kernel is a finding; the other dtype still runs
             checks.append({"check": f"{name}: {type(exc).__name__}", "ok": False, "error": str(exc)[-1500:]})
         ctx.save(checks=checks)
@@ -480,8 +551,13 @@ def _correct_variants(ctx: Context, x: dict, dtype) -> tuple[list[str], dict]:
             results[v] = (loss, x["hidden"].grad.detach().clone(), x["weight"].grad.detach().clone())
             if v.startswith("troll"):
                 terms, metrics = loss_troll.last
-                report[v] = {"kl_before": metrics[0], "kl_after_max": metrics[1], "projected": metrics[2],
-                             "support": metrics[3], "bound_held": metrics[1] <= KL_BOUND}  # fmt: skip
+                report[v] = {
+                    "kl_before": metrics[0],
+                    "kl_after_max": metrics[1],
+                    "projected": metrics[2],
+                    "support": metrics[3],
+                    "bound_held": metrics[1] <= KL_BOUND,
+                }
         except Exception as exc:  # noqa: BLE001 - reported, not timed
             report[v] = {"error": f"{type(exc).__name__}: {str(exc)[-800:]}"}
     ok = [v for v in ("torch_clip", "troll_torch") if v in results]
@@ -538,11 +614,18 @@ def stage_loss(ctx: Context) -> dict:
         ctx.save(cases=out, loss_alone={"N": n, "V": v, "dtype": "bf16", "results": alone})
         k, tp = kernels(), torch_path()
         z = logits.detach()
-        old = {"torch": time_fn(ctx, lambda: tp.sparse.old_topk_from_logits(z, topk=ctx.topk), ctx.repeats),
-               "kernels": time_fn(ctx, lambda: k.support.old_topk_from_logits(z, topk=ctx.topk), ctx.repeats),
-               "log_softmax": time_fn(ctx, lambda: torch.log_softmax(z, -1), ctx.repeats)}  # fmt: skip
-        old_pass = {"N": n, "V": v, "dtype": "bf16", **{f"{key}_ms": 1e3 * t for key, t in old.items()},
-                    "kernels_vs_torch": old["kernels"] / old["torch"]}  # fmt: skip
+        old = {
+            "torch": time_fn(ctx, lambda: tp.sparse.old_topk_from_logits(z, topk=ctx.topk), ctx.repeats),
+            "kernels": time_fn(ctx, lambda: k.support.old_topk_from_logits(z, topk=ctx.topk), ctx.repeats),
+            "log_softmax": time_fn(ctx, lambda: torch.log_softmax(z, -1), ctx.repeats),
+        }
+        old_pass = {
+            "N": n,
+            "V": v,
+            "dtype": "bf16",
+            **{f"{key}_ms": 1e3 * t for key, t in old.items()},
+            "kernels_vs_torch": old["kernels"] / old["torch"],
+        }
         ctx.save(cases=out, loss_alone={"N": n, "V": v, "dtype": "bf16", "results": alone}, old_pass=old_pass)
     except Exception as exc:  # noqa: BLE001
         ctx.save(cases=out, loss_alone_error=f"{type(exc).__name__}: {str(exc)[-800:]}")
@@ -570,8 +653,15 @@ def stage_kernels(ctx: Context) -> dict:
             try:
                 t = time_fn(ctx, fn, iters)
                 gbs = nbytes / t / 1e9
-                out.append({"kernel": label, "dtype": name, "ms": 1e3 * t, "gb_s": gbs,
-                            "of_copy_rate": gbs / copy if copy else None})  # fmt: skip
+                out.append(
+                    {
+                        "kernel": label,
+                        "dtype": name,
+                        "ms": 1e3 * t,
+                        "gb_s": gbs,
+                        "of_copy_rate": gbs / copy if copy else None,
+                    }
+                )
             except Exception as exc:  # noqa: BLE001
                 out.append({"kernel": label, "dtype": name, "error": f"{type(exc).__name__}: {str(exc)[-500:]}"})
             ctx.save(kernels=out, N=n, V=v)
@@ -587,30 +677,39 @@ def _kernel_calls(ctx: Context, k, n: int, v: int, dtype) -> dict:
     old = k.support.old_topk_from_logits(z, topk=ctx.topk)
     old_lp = torch.log_softmax(z.float(), -1).gather(1, sampled[:, None])[:, 0]
     lse, _, _, lp = k.stats.row_stats(z, target=sampled)
-    ids, old_u, valid, new, tail, lse2 = k.topk.support_forward(z, None, old.ids, old.logprobs, sampled, old_lp,
-                                                                ctx.topk, 1e-5, log_floor)  # fmt: skip
+    ids, old_u, valid, new, tail, lse2 = k.topk.support_forward(
+        z, None, old.ids, old.logprobs, sampled, old_lp, ctx.topk, 1e-5, log_floor
+    )
     g_new, g_tail = torch.randn_like(new), torch.randn_like(tail)
     one = torch.ones(n, 1, dtype=torch.bool, device=dev)
     calls = {
         "statistics pass (LSE + chunk stats)": (lambda: k.stats.row_stats(z, chunk_stats=True), nb),
         "statistics pass + old top-K": (lambda: k.support.old_topk_from_logits(z, topk=ctx.topk), nb),
-        "statistics pass + support": (lambda: k.topk.support_forward(z, None, old.ids, old.logprobs, sampled, old_lp,
-                                                                     ctx.topk, 1e-5, log_floor), nb),
-        "backward (read + write)": (lambda: k.grad.logits_grad(z, None, lse2, ids, valid, g_new, new, g_tail, tail,
-                                                               log_floor), 2 * nb),
+        "statistics pass + support": (
+            lambda: k.topk.support_forward(z, None, old.ids, old.logprobs, sampled, old_lp, ctx.topk, 1e-5, log_floor),
+            nb,
+        ),
+        "backward (read + write)": (
+            lambda: k.grad.logits_grad(z, None, lse2, ids, valid, g_new, new, g_tail, tail, log_floor),
+            2 * nb,
+        ),
         "clip forward (LSE + target)": (lambda: k.stats.row_stats(z, target=sampled), nb),
-        "clip backward (read + write)": (lambda: k.grad.logits_grad(z, None, lse, sampled[:, None], one,
-                                                                    g_tail[:, None], lp[:, None]), 2 * nb),
+        "clip backward (read + write)": (
+            lambda: k.grad.logits_grad(z, None, lse, sampled[:, None], one, g_tail[:, None], lp[:, None]),
+            2 * nb,
+        ),
         "torch copy (read + write)": (lambda: z.clone(), 2 * nb),
         "torch log_softmax": (lambda: torch.log_softmax(z, -1), 2 * nb),
         "torch topk (K over V)": (lambda: torch.topk(z, ctx.topk, -1), nb),
-    }  # fmt: skip
+    }
     if dtype == torch.bfloat16:  # the projection and terms read fp32 supports whatever the logits' dtype
         new_lp, old_lp2 = torch.cat([new, tail[:, None]], 1), torch.cat([old_u, tail[:, None] - 1.0], 1)
         mask = torch.cat([valid, one], 1)
         index = (ids == sampled[:, None]).long().argmax(-1)
-        calls["projection + terms forward"] = (lambda: k.projection.TokenTerms.apply(
-            new_lp, old_lp2, mask, index, KL_BOUND, 30, None, 1e6), new_lp.numel() * 9)  # fmt: skip
+        calls["projection + terms forward"] = (
+            lambda: k.projection.TokenTerms.apply(new_lp, old_lp2, mask, index, KL_BOUND, 30, None, 1e6),
+            new_lp.numel() * 9,
+        )
     return calls
 
 
@@ -642,10 +741,12 @@ def stage_profile(ctx: Context) -> dict:
             events = prof.events()
             names = [e.name for e in events]
             on_gpu = sum(e.device_type == torch.autograd.DeviceType.CUDA for e in events)
-            out[variant] = {"launches": sum(name in _LAUNCH for name in names),
-                            "syncs": sum(name in _SYNC for name in names),
-                            "device_to_host_copies": sum(name == "cudaMemcpyAsync" for name in names),
-                            "gpu_events": on_gpu}  # fmt: skip
+            out[variant] = {
+                "launches": sum(name in _LAUNCH for name in names),
+                "syncs": sum(name in _SYNC for name in names),
+                "device_to_host_copies": sum(name == "cudaMemcpyAsync" for name in names),
+                "gpu_events": on_gpu,
+            }
         except Exception as exc:  # noqa: BLE001
             out[variant] = {"error": f"{type(exc).__name__}: {str(exc)[-500:]}"}
         ctx.save(N=n, H=h, V=v, variants=out)
@@ -667,20 +768,42 @@ def stage_tests(ctx: Context) -> dict:
     ]
     # the core's own tests on the torch path (on CUDA: its sync-free code); the kernels' tests against it
     env = {**os.environ, "TROLL_TEST_DEVICE": "cuda", "PYTHONPATH": ROOT, "TROLL_KERNELS": "torch"}
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=", "--import-mode=importlib",
-           "-m", "not slow", *files]  # fmt: skip
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=STAGE_LIMIT_S["tests"] - 10)  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "-o",
+        "addopts=",
+        "--import-mode=importlib",
+        "-m",
+        "not slow",
+        *files,
+    ]
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=STAGE_LIMIT_S["tests"] - 10)
     counts = {"passed": 0, "failed": 0, "skipped": 0, "errors": 0}
     lines = [line for line in proc.stdout.splitlines() if re.search(r"\d+ (passed|failed|error)", line)]
     for count, word in re.findall(r"(\d+) (passed|failed|skipped|errors?)", lines[-1] if lines else ""):
         counts["errors" if word.startswith("error") else word] = int(count)
-    return {**counts, "returncode": proc.returncode, "failed_tests": re.findall(r"^FAILED (\S+)", proc.stdout, re.M),
-            "log_tail": (proc.stdout + proc.stderr)[-3000:]}  # fmt: skip
+    return {
+        **counts,
+        "returncode": proc.returncode,
+        "failed_tests": re.findall(r"^FAILED (\S+)", proc.stdout, re.M),
+        "log_tail": (proc.stdout + proc.stderr)[-3000:],
+    }
 
 
-STAGE_FNS = {"env": stage_env, "floor": stage_floor, "correctness": stage_correctness, "loss": stage_loss,
-             "kernels": stage_kernels, "profile": stage_profile, "tests": stage_tests}  # fmt: skip
+STAGE_FNS = {
+    "env": stage_env,
+    "floor": stage_floor,
+    "correctness": stage_correctness,
+    "loss": stage_loss,
+    "kernels": stage_kernels,
+    "profile": stage_profile,
+    "tests": stage_tests,
+}
 
 
 # --------------------------------------------------------------------------------------------------------- report
@@ -691,11 +814,15 @@ def _num(value, fmt=".3f") -> str:
 def render_markdown(report: dict) -> str:
     """The run's tables, from whatever stages finished."""
     env = (report.get("env") or {}).get("result") or {}
-    lines = [f"Kernels' GPU check, {report.get('date', '?')}: {env.get('gpu', env.get('device', '?'))}, "
-             f"driver {env.get('driver', '?')}, torch {env.get('torch', '?')} (CUDA {env.get('cuda', '?')}), "
-             f"triton {env.get('triton', '?')}" + (" — SMOKE RUN (interpreter, CPU): numbers mean nothing"
-                                                    if report.get("smoke") else ""), "",
-             "| stage | status | seconds |", "|---|---|---|"]  # fmt: skip
+    lines = [
+        f"Kernels' GPU check, {report.get('date', '?')}: {env.get('gpu', env.get('device', '?'))}, "
+        f"driver {env.get('driver', '?')}, torch {env.get('torch', '?')} (CUDA {env.get('cuda', '?')}), "
+        f"triton {env.get('triton', '?')}"
+        + (" — SMOKE RUN (interpreter, CPU): numbers mean nothing" if report.get("smoke") else ""),
+        "",
+        "| stage | status | seconds |",
+        "|---|---|---|",
+    ]
     for name in STAGES:
         stage = report.get(name)
         lines.append(f"| {name} | {stage['status']} | {stage['seconds']:.0f} |" if stage else f"| {name} | not run | |")
@@ -710,8 +837,9 @@ def render_markdown(report: dict) -> str:
     if checks:
         lines += ["", "| correctness check | ok | values |", "|---|---|---|"]
         for c in checks:
-            vals = ", ".join(f"{k} {_num(v, '.3g') if isinstance(v, float) else v}" for k, v in c.items()
-                             if k not in ("check", "ok"))  # fmt: skip
+            vals = ", ".join(
+                f"{k} {_num(v, '.3g') if isinstance(v, float) else v}" for k, v in c.items() if k not in ("check", "ok")
+            )
             lines.append(f"| {c['check']} | {'yes' if c['ok'] else 'NO'} | {vals[:300]} |")
     loss = (report.get("loss") or {}).get("result") or {}
     if loss.get("cases"):
@@ -726,8 +854,10 @@ def render_markdown(report: dict) -> str:
             "|---|---|---|---|---|",
         ]
         for v, r in la["results"].items():
-            lines.append(f"| {v} | {_num(r['ms'], '.2f')} | {_num(r.get('time_vs_torch_clip'))} | "
-                         f"{_num(r.get('time_vs_fused_clip'))} | {_num(r['peak_mib'], '.0f')} |")  # fmt: skip
+            lines.append(
+                f"| {v} | {_num(r['ms'], '.2f')} | {_num(r.get('time_vs_torch_clip'))} | "
+                f"{_num(r.get('time_vs_fused_clip'))} | {_num(r['peak_mib'], '.0f')} |"
+            )
     if loss.get("old_pass"):
         op = loss["old_pass"]
         lines += [
@@ -746,22 +876,39 @@ def render_markdown(report: dict) -> str:
             "|---|---|---|---|---|",
         ]
         for r in kern["kernels"]:
-            lines.append(f"| {r['kernel']} | {r['dtype']} | {_num(r.get('ms'), '.3f')} | {_num(r.get('gb_s'), '.0f')} "
-                         f"| {_num(r.get('of_copy_rate'), '.2f')} |" if "error" not in r else
-                         f"| {r['kernel']} | {r['dtype']} | error: {r['error'][:120]} | | |")  # fmt: skip
+            lines.append(
+                f"| {r['kernel']} | {r['dtype']} | {_num(r.get('ms'), '.3f')} | {_num(r.get('gb_s'), '.0f')} "
+                f"| {_num(r.get('of_copy_rate'), '.2f')} |"
+                if "error" not in r
+                else f"| {r['kernel']} | {r['dtype']} | error: {r['error'][:120]} | | |"
+            )
     prof = (report.get("profile") or {}).get("result") or {}
     if prof.get("variants"):
-        lines += ["", f"Launches and host syncs per step (N {prof['N']}, H {prof['H']}, V {prof['V']}, bf16; the "
-                  "timing sync included):", "", "| variant | launches | syncs | memcpy calls | GPU events |",
-                  "|---|---|---|---|---|"]  # fmt: skip
+        lines += [
+            "",
+            f"Launches and host syncs per step (N {prof['N']}, H {prof['H']}, V {prof['V']}, bf16; the "
+            "timing sync included):",
+            "",
+            "| variant | launches | syncs | memcpy calls | GPU events |",
+            "|---|---|---|---|---|",
+        ]
         for v, r in prof["variants"].items():
-            lines.append(f"| {v} | {r.get('launches', 'n/a')} | {r.get('syncs', 'n/a')} | "
-                         f"{r.get('device_to_host_copies', 'n/a')} | {r.get('gpu_events', 'n/a')} |")  # fmt: skip
+            lines.append(
+                f"| {v} | {r.get('launches', 'n/a')} | {r.get('syncs', 'n/a')} | "
+                f"{r.get('device_to_host_copies', 'n/a')} | {r.get('gpu_events', 'n/a')} |"
+            )
     tests = (report.get("tests") or {}).get("result") or {}
     if tests:
-        lines += ["", "Tests with the core on CUDA: " + (tests.get("skip_reason") or
-                  f"{tests['passed']} passed, {tests['failed']} failed, {tests['skipped']} skipped, "
-                  f"{tests['errors']} errors " + " ".join(tests.get("failed_tests", [])[:8]))]  # fmt: skip
+        lines += [
+            "",
+            "Tests with the core on CUDA: "
+            + (
+                tests.get("skip_reason")
+                or f"{tests['passed']} passed, {tests['failed']} failed, {tests['skipped']} skipped, "
+                f"{tests['errors']} errors "
+                + " ".join(tests.get("failed_tests", [])[:8])
+            ),
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -778,11 +925,13 @@ def _loss_table(cases: list[dict]) -> str:
         floor = c.get("floor_ms") / tc["ms"] if c.get("floor_ms") and tc.get("ms") else None
         missing = [v for v in VARIANTS if v not in r] or ([c["error"][:80]] if "error" in c else [])
         tt = r.get("troll_torch", {})
-        lines.append(f"| {c['N']} | {c['H']} | {c['V']} | {c['dtype']} | {_num(tk.get('time_vs_torch_clip'))} | "
-                     f"{_num(tk.get('time_vs_fused_clip'))} | {_num(tt.get('time_vs_torch_clip'))}"
-                     f" | {_num(r.get('fused_clip', {}).get('time_vs_torch_clip'))} | "
-                     f"{_num(tk.get('mem_vs_torch_clip'))} | {_num(floor)} | {_num(tc.get('ms'), '.1f')} | "
-                     f"{_num(tk.get('ms'), '.1f')} | {', '.join(missing)} |")  # fmt: skip
+        lines.append(
+            f"| {c['N']} | {c['H']} | {c['V']} | {c['dtype']} | {_num(tk.get('time_vs_torch_clip'))} | "
+            f"{_num(tk.get('time_vs_fused_clip'))} | {_num(tt.get('time_vs_torch_clip'))}"
+            f" | {_num(r.get('fused_clip', {}).get('time_vs_torch_clip'))} | "
+            f"{_num(tk.get('mem_vs_torch_clip'))} | {_num(floor)} | {_num(tc.get('ms'), '.1f')} | "
+            f"{_num(tk.get('ms'), '.1f')} | {', '.join(missing)} |"
+        )
     return "\n".join(lines)
 
 
@@ -792,13 +941,17 @@ def short_table(report: dict) -> str:
     lines = ["", "== bench_kernels: TROLL kernels / clip (time), medians of paired ratios =="]
     for c in loss.get("cases", []):
         tk = (c.get("results") or {}).get("troll_kernels", {})
-        lines.append(f"{c['N']:>6} x {c['H']:>4} x {c['V']:>6} {c['dtype']}: vs torch clip "
-                     f"{_num(tk.get('time_vs_torch_clip'))}, vs fused clip {_num(tk.get('time_vs_fused_clip'))}, "
-                     f"memory vs torch clip {_num(tk.get('mem_vs_torch_clip'))}")  # fmt: skip
+        lines.append(
+            f"{c['N']:>6} x {c['H']:>4} x {c['V']:>6} {c['dtype']}: vs torch clip "
+            f"{_num(tk.get('time_vs_torch_clip'))}, vs fused clip {_num(tk.get('time_vs_fused_clip'))}, "
+            f"memory vs torch clip {_num(tk.get('mem_vs_torch_clip'))}"
+        )
     prof = ((report.get("profile") or {}).get("result") or {}).get("variants", {})
     if prof:
-        lines.append("launches / syncs per step: " + ", ".join(f"{v} {r.get('launches')}/{r.get('syncs')}"
-                                                               for v, r in prof.items()))  # fmt: skip
+        lines.append(
+            "launches / syncs per step: "
+            + ", ".join(f"{v} {r.get('launches')}/{r.get('syncs')}" for v, r in prof.items())
+        )
     lines.append("stages: " + ", ".join(f"{n} {report[n]['status']}" for n in STAGES if n in report))
     return "\n".join(lines)
 
@@ -807,8 +960,18 @@ def short_table(report: dict) -> str:
 def run_stage(name: str, args, limit: float) -> dict:
     """``name`` in a child process under ``limit`` seconds; its result, or what it saved before failing."""
     start = time.perf_counter()
-    cmd = [sys.executable, os.path.abspath(__file__), "--stage", name, "--work", args.work, "--topk", str(args.topk),
-           "--repeats", str(args.repeats)] + (["--smoke"] if args.smoke else [])  # fmt: skip
+    cmd = [
+        sys.executable,
+        os.path.abspath(__file__),
+        "--stage",
+        name,
+        "--work",
+        args.work,
+        "--topk",
+        str(args.topk),
+        "--repeats",
+        str(args.repeats),
+    ] + (["--smoke"] if args.smoke else [])
     env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""), "PYTHONUNBUFFERED": "1"}
     try:
         proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=limit)
@@ -842,8 +1005,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="outputs/bench_kernels", help="bench_kernels.json, .md and .log go here")
     p.add_argument("--work", default=None, help="intermediate files (default: a new temporary folder)")
     p.add_argument("--stages", nargs="+", default=list(STAGES), choices=list(STAGES))
-    p.add_argument("--budget-s", type=float, default=450.0, help="the whole run's time limit (stages are skipped or "
-                   "cut short to keep it)")  # fmt: skip
+    p.add_argument(
+        "--budget-s",
+        type=float,
+        default=450.0,
+        help="the whole run's time limit (stages are skipped or cut short to keep it)",
+    )
     p.add_argument("--topk", type=int, default=64, help="K, old and current side (the paper's 64)")
     p.add_argument("--repeats", type=int, default=5, help="timed repeats per variant (interleaved)")
     p.add_argument("--smoke", action="store_true", help="CPU, Triton's interpreter, tiny sizes (a check of the code)")

@@ -153,7 +153,7 @@ VARIANTS = {
         "troll": [
             "actor_rollout_ref.actor.policy_loss.loss_mode=troll",
             "actor_rollout_ref.actor.policy_loss.old_estimate=upper",
-        ],  # fmt: skip
+        ],
     },
     # staleness: verl's colocate_async trainer generates 1 or 2 batches ahead (partial rollouts), so each batch was
     # sampled by a policy 1-2 updates older; both losses run through TROLL's trainer of that mode (with loss_mode=
@@ -164,7 +164,7 @@ VARIANTS = {
             "actor_rollout_ref.actor.policy_loss.loss_mode=vanilla",
             "actor_rollout_ref.actor.clip_ratio=0.2",
             *_async(1),
-        ],  # fmt: skip
+        ],
     },
     "async2": {
         "troll": ["actor_rollout_ref.actor.policy_loss.loss_mode=troll", *_async(2)],
@@ -172,7 +172,7 @@ VARIANTS = {
             "actor_rollout_ref.actor.policy_loss.loss_mode=vanilla",
             "actor_rollout_ref.actor.clip_ratio=0.2",
             *_async(2),
-        ],  # fmt: skip
+        ],
     },
     # bypass mode (troll_verl.bypass.mode): the old distribution is the vLLM rollout's top-K, no old-log-prob pass; its
     # baselines are grpo's arms (TROLL recomputing the old distribution, and clip), same seeds and data order
@@ -184,7 +184,7 @@ VARIANTS = {
             *BYPASS,
             "actor_rollout_ref.rollout.dtype=bfloat16",
         ]
-    },  # fmt: skip
+    },
     "gspo": {
         "troll": [
             "actor_rollout_ref.actor.policy_loss.loss_mode=troll",
@@ -208,13 +208,20 @@ _SEQ_MEAN = "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean"
 
 def _vanilla_clip(low: float, high: float) -> list[str]:
     # verl's actor config sets clip_ratio_low/high (0.2) explicitly, and they win over clip_ratio: set both sides
-    return [f"{_LOSS_KEY}.loss_mode=vanilla", f"actor_rollout_ref.actor.clip_ratio_low={low}",
-            f"actor_rollout_ref.actor.clip_ratio_high={high}"]  # fmt: skip
+    return [
+        f"{_LOSS_KEY}.loss_mode=vanilla",
+        f"actor_rollout_ref.actor.clip_ratio_low={low}",
+        f"actor_rollout_ref.actor.clip_ratio_high={high}",
+    ]
 
 
 def _gspo_clip(low: float, high: float) -> list[str]:
-    return [f"{_LOSS_KEY}.loss_mode=gspo", f"actor_rollout_ref.actor.clip_ratio_low={low}",
-            f"actor_rollout_ref.actor.clip_ratio_high={high}", _SEQ_MEAN]  # fmt: skip
+    return [
+        f"{_LOSS_KEY}.loss_mode=gspo",
+        f"actor_rollout_ref.actor.clip_ratio_low={low}",
+        f"actor_rollout_ref.actor.clip_ratio_high={high}",
+        _SEQ_MEAN,
+    ]
 
 
 def _regime(name: str, troll: list[str], clip: list[str], tight_clip: list[str], loose_clip: list[str]) -> dict:
@@ -269,7 +276,7 @@ VARIANTS["paper8"] = {
         "actor_rollout_ref.actor.clip_ratio_low=0.05",
         "actor_rollout_ref.actor.clip_ratio_high=0.05",
         f"{DUAL_CLIP}=10000.0",
-    ],  # fmt: skip
+    ],
 }
 VARIANTS["paper8_gspo"] = {"troll": _GSPO_TROLL, "clip": _gspo_clip(0.2, 0.2)}
 UPDATES_PER_BATCH |= {"paper8": 8, "paper8_gspo": 8}
@@ -350,7 +357,7 @@ def run_stats(rows: list[dict], target: float, val_key: str = VAL_KEY, peak_rss:
                 statistics.mean(rewards[-w_final:]) < rewards[0]
                 or (lengths and statistics.mean(lengths[-w_final:]) < COLLAPSE_LENGTH)
             )
-        ),  # fmt: skip
+        ),
         "learned": bool(rewards and statistics.mean(rewards[-w_final:]) >= target),
         # the powered study's primary outcome: mean train reward over every step of the run
         "reward_mean": statistics.mean(rewards) if rewards else None,
@@ -411,15 +418,21 @@ def report(results: dict, seeds: list[int], steps: int, target: float, variants=
             )
         if len(means) == 2:
             ratios[variant] = means["troll"] / means["clip"]
-    lines += ["", "Cost, TROLL / clip per seed (median seconds over steps 2+; the trainer worker's peak resident "
-              "memory); share of tokens projected (TROLL) or clipped (clip), mean over steps:", "",
-              "| variant | generation | old-log-prob pass | update | step | worker peak memory | projected (TROLL) "
-              "| clipped (clip) | staleness (steps) | KL(rollout ‖ old), TROLL / clip | KL(old ‖ current) in the "
-              "update, TROLL / clip |",
-              "|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines += [
+        "",
+        "Cost, TROLL / clip per seed (median seconds over steps 2+; the trainer worker's peak resident "
+        "memory); share of tokens projected (TROLL) or clipped (clip), mean over steps:",
+        "",
+        "| variant | generation | old-log-prob pass | update | step | worker peak memory | projected (TROLL) "
+        "| clipped (clip) | staleness (steps) | KL(rollout ‖ old), TROLL / clip | KL(old ‖ current) in the "
+        "update, TROLL / clip |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for variant in variants:
-        pairs = [(results.get(f"{variant}/troll/seed{s}"), results.get(f"{_clip_variant(variant)}/clip/seed{s}"))
-                 for s in seeds]  # fmt: skip
+        pairs = [
+            (results.get(f"{variant}/troll/seed{s}"), results.get(f"{_clip_variant(variant)}/clip/seed{s}"))
+            for s in seeds
+        ]
         if not any(t and c for t, c in pairs):
             continue
         troll_c = [t["constrained_frac"] for t, _ in pairs if t and t.get("constrained_frac") is not None]
@@ -436,10 +449,14 @@ def report(results: dict, seeds: list[int], steps: int, target: float, variants=
     mismatch = [(v, [results.get(f"{v}/troll/seed{s}") for s in seeds]) for v in variants]
     mismatch = [(v, [r for r in runs if r and r.get("mismatch_kl") is not None]) for v, runs in mismatch]
     if any(runs for _, runs in mismatch):
-        lines += ["", "Train-inference mismatch in bypass mode (TROLL's sparse KL between the rollout's and the "
-                  "actor's distributions on each step's first micro-batch, before any update; per seed):", "",
-                  "| variant | step 1 | mean over steps | projected by the mismatch alone |",
-                  "|---|---|---|---|"]  # fmt: skip
+        lines += [
+            "",
+            "Train-inference mismatch in bypass mode (TROLL's sparse KL between the rollout's and the "
+            "actor's distributions on each step's first micro-batch, before any update; per seed):",
+            "",
+            "| variant | step 1 | mean over steps | projected by the mismatch alone |",
+            "|---|---|---|---|",
+        ]
         for variant, runs in mismatch:
             if runs:
                 step1 = ", ".join(f"{r['mismatch_kl_step1']:.2e}" for r in runs)
@@ -466,10 +483,25 @@ def _clip_variant(variant: str) -> str:
 # Each finished run keeps its per-step metrics, filtered to these keys, as verl file-logger JSONL
 # (``<results-dir>/<variant>/<loss>/seed<k>.jsonl``, a few kB) and its run record beside it (``seed<k>.json``: peak
 # memory, wall time, overrides, versions). Committed, they regenerate every table and plot (``--report-only``).
-RAW_KEY_PREFIXES = (REWARD_KEY, "val-core/", "actor/entropy", "actor/troll/", "actor/pg_clipfrac", "actor/ppo_kl",
-                    "actor/grad_norm", "actor/pg_loss", LENGTH_KEY, "response_length/clip_ratio", "timing_s/step",
-                    "timing_s/gen", "timing_s/old_log_prob", "timing_s/update_actor", "training/off_policy/",
-                    "rollout_corr/kl", "training/rollout_probs_diff_max")  # fmt: skip
+RAW_KEY_PREFIXES = (
+    REWARD_KEY,
+    "val-core/",
+    "actor/entropy",
+    "actor/troll/",
+    "actor/pg_clipfrac",
+    "actor/ppo_kl",
+    "actor/grad_norm",
+    "actor/pg_loss",
+    LENGTH_KEY,
+    "response_length/clip_ratio",
+    "timing_s/step",
+    "timing_s/gen",
+    "timing_s/old_log_prob",
+    "timing_s/update_actor",
+    "training/off_policy/",
+    "rollout_corr/kl",
+    "training/rollout_probs_diff_max",
+)
 
 
 def raw_path(results_dir: str, key: str) -> str:
@@ -537,8 +569,10 @@ def _diff_row(label: str, seeds: list[int], diffs: list[float]) -> str:
     mean, lo, hi = t_interval(diffs)
     b_lo, b_hi = bootstrap_interval(diffs)
     verdict = "yes" if lo > 0 or hi < 0 else "no"
-    return (f"| {label} | {len(diffs)} | {per_seed} | {mean:+.3f} | [{lo:+.3f}, {hi:+.3f}] | "
-            f"[{b_lo:+.3f}, {b_hi:+.3f}] | {verdict} |")  # fmt: skip
+    return (
+        f"| {label} | {len(diffs)} | {per_seed} | {mean:+.3f} | [{lo:+.3f}, {hi:+.3f}] | "
+        f"[{b_lo:+.3f}, {b_hi:+.3f}] | {verdict} |"
+    )
 
 
 def _best_setting(results: dict, regime: str, loss: str, seeds: list[int]) -> str | None:
@@ -577,20 +611,29 @@ def stress_report(results: dict, seeds: list[int], steps: int, variants: list[st
                 + " | ".join(cells)
                 + " |"
             )
-    lines += ["", "Paired differences in final reward (TROLL − clip unless named; same seed = same data order and "
-              "first samples); 95 % intervals over seeds; separated = the t interval excludes 0:", "",
-              "| comparison | seeds | per seed | mean | 95 % t interval | 95 % bootstrap | separated |",
-              "|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines += [
+        "",
+        "Paired differences in final reward (TROLL − clip unless named; same seed = same data order and "
+        "first samples); 95 % intervals over seeds; separated = the t interval excludes 0:",
+        "",
+        "| comparison | seeds | per seed | mean | 95 % t interval | 95 % bootstrap | separated |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for variant in variants:
         if "clip" in VARIANTS[variant] and "troll" in VARIANTS[variant]:
             lines.append(_diff_row(variant, *_paired(results, f"{variant}/troll", f"{variant}/clip", seeds)))
         elif variant in BASELINE and VARIANTS[variant].keys() == {"troll"}:
             base = BASELINE[variant]
-            lines.append(_diff_row(f"{variant} − {base}'s clip", *_paired(results, f"{variant}/troll",
-                                                                          f"{base}/clip", seeds)))  # fmt: skip
+            lines.append(
+                _diff_row(f"{variant} − {base}'s clip", *_paired(results, f"{variant}/troll", f"{base}/clip", seeds))
+            )
             if "troll" in VARIANTS[base]:
-                lines.append(_diff_row(f"{variant} − {base}'s TROLL (floor)",
-                                       *_paired(results, f"{variant}/troll", f"{base}/troll", seeds)))  # fmt: skip
+                lines.append(
+                    _diff_row(
+                        f"{variant} − {base}'s TROLL (floor)",
+                        *_paired(results, f"{variant}/troll", f"{base}/troll", seeds),
+                    )
+                )
     for regime in [v for v in variants if v in STRESS_REGIMES]:
         best = {loss: _best_setting(results, regime, loss, seeds) for loss in ("troll", "clip")}
         if all(best.values()):
@@ -634,16 +677,53 @@ class Stage:
 
 
 STUDY = [
-    Stage("1", "TROLL vs clip, the paper's schedule", "paper8", ("troll", "clip"), range(15), 30,
-          [("troll", "clip")], "reward_mean", 10),
-    Stage("2", "verl's DPPO-Binary-KL, paired with stage 1 on seeds 0-7", "paper8", ("troll", "clip", "dppo"),
-          range(8), 30, [("troll", "dppo"), ("dppo", "clip")], "reward_mean", 10),
-    Stage("3", "GSPO as the paper ran it (sequence ratio clipped at 0.2)", "paper8_gspo", ("troll", "clip"),
-          range(5), 30, [("troll", "clip")], "collapses", 10),
-    Stage("4", "the stress map's lr1e-4, fresh seeds", "lr1e-4", ("troll", "clip"), range(5, 19), 10,
-          [("troll", "clip")], "reward_mean", 4, setting="at lr 1e-4",
-          confirms="the stress map's lr 1e-4 signal (TROLL ahead in whole-run mean reward)"),
-]  # fmt: skip
+    Stage(
+        "1",
+        "TROLL vs clip, the paper's schedule",
+        "paper8",
+        ("troll", "clip"),
+        range(15),
+        30,
+        [("troll", "clip")],
+        "reward_mean",
+        10,
+    ),
+    Stage(
+        "2",
+        "verl's DPPO-Binary-KL, paired with stage 1 on seeds 0-7",
+        "paper8",
+        ("troll", "clip", "dppo"),
+        range(8),
+        30,
+        [("troll", "dppo"), ("dppo", "clip")],
+        "reward_mean",
+        10,
+    ),
+    Stage(
+        "3",
+        "GSPO as the paper ran it (sequence ratio clipped at 0.2)",
+        "paper8_gspo",
+        ("troll", "clip"),
+        range(5),
+        30,
+        [("troll", "clip")],
+        "collapses",
+        10,
+    ),
+    Stage(
+        "4",
+        "the stress map's lr1e-4, fresh seeds",
+        "lr1e-4",
+        ("troll", "clip"),
+        range(5, 19),
+        10,
+        [("troll", "clip")],
+        "reward_mean",
+        4,
+        setting="at lr 1e-4",
+        confirms="the stress map's lr 1e-4 signal (TROLL ahead in whole-run mean reward)",
+    ),
+]
 STUDY_LABEL = {"troll": "TROLL", "clip": "clip", "dppo": "DPPO-KL"}
 
 
@@ -686,8 +766,7 @@ def reading(lo: float, hi: float, mean: float, a: str, b: str, power: float, set
         return f"{STUDY_LABEL[winner]} learned faster {setting} ({mean:+.3f} [{lo:+.3f}, {hi:+.3f}])"
     if -EFFECT < lo and hi < EFFECT:
         return f"no difference larger than {EFFECT} at this scale ({mean:+.3f} [{lo:+.3f}, {hi:+.3f}])"
-    return (f"inconclusive at this scale ({mean:+.3f} [{lo:+.3f}, {hi:+.3f}]; power {power:.0%} to detect "
-            f"±{EFFECT})")  # fmt: skip
+    return f"inconclusive at this scale ({mean:+.3f} [{lo:+.3f}, {hi:+.3f}]; power {power:.0%} to detect ±{EFFECT})"
 
 
 def collect_study(results_dir: str, target: float = 0.5) -> dict:
@@ -729,15 +808,23 @@ def study_report(results: dict) -> str:
     for stage in STUDY:
         done = {loss: [s for s in stage.seeds if stage.key(loss, s) in results] for loss in stage.losses}
         finished = ", ".join(f"{STUDY_LABEL[loss]} {len(done[loss])}/{len(stage.seeds)}" for loss in stage.losses)
-        lines += [f"**Stage {stage.name}: {stage.title}** ({stage.variant}, seeds {stage.seeds[0]}-{stage.seeds[-1]}, "
-                  f"{stage.steps} steps; runs finished: {finished})", ""]  # fmt: skip
+        lines += [
+            f"**Stage {stage.name}: {stage.title}** ({stage.variant}, seeds {stage.seeds[0]}-{stage.seeds[-1]}, "
+            f"{stage.steps} steps; runs finished: {finished})",
+            "",
+        ]
         if not stage_complete(stage, results):
-            lines += ["Not summarised until every planned run of the stage has finished (the plan: fixed n, no "
-                      "interim look).", ""]  # fmt: skip
+            lines += [
+                "Not summarised until every planned run of the stage has finished (the plan: fixed n, no "
+                "interim look).",
+                "",
+            ]
             continue
-        lines += ["| arm | whole-run mean reward per seed | whole-run mean | final reward | held-out acc | "
-                  "entropy | collapsed | KL(old ‖ new) per update | projected / clipped / masked | step s |",
-                  "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+        lines += [
+            "| arm | whole-run mean reward per seed | whole-run mean | final reward | held-out acc | "
+            "entropy | collapsed | KL(old ‖ new) per update | projected / clipped / masked | step s |",
+            "|---|---|---|---|---|---|---|---|---|---|",
+        ]
         for loss in stage.losses:
             runs = [results[stage.key(loss, s)] for s in done[loss]]
             if not runs:
@@ -750,10 +837,14 @@ def study_report(results: dict) -> str:
                 f"{collapsed}/{len(runs)} | {_cell([r['kl_update'] for r in runs], '.2e')} | "
                 f"{_cell([r['constrained_frac'] for r in runs])} | "
                 f"{_cell([r['seconds_per_step'] for r in runs], '.1f')} |"
-            )  # fmt: skip
-        lines += ["", "| comparison | pairs | primary: whole-run mean, per seed | mean | 95 % t interval | sign-flip p "
-                  "| SD | power for ±0.1 | final reward | entropy | entropy at equal final reward | step-1 reward "
-                  "equal | reading |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+            )
+        lines += [
+            "",
+            "| comparison | pairs | primary: whole-run mean, per seed | mean | 95 % t interval | sign-flip p "
+            "| SD | power for ±0.1 | final reward | entropy | entropy at equal final reward | step-1 reward "
+            "equal | reading |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        ]
         for a, b in stage.comparisons:
             seeds = [s for s in stage.seeds if stage.key(a, s) in results and stage.key(b, s) in results]
             ra, rb = [results[stage.key(a, s)] for s in seeds], [results[stage.key(b, s)] for s in seeds]
@@ -768,25 +859,35 @@ def study_report(results: dict) -> str:
             adj, adj_lo, adj_hi = adjusted_difference(entropy, final)
             same_step1 = sum(abs(x["reward_step1"] - y["reward_step1"]) < 1e-9 for x, y in zip(ra, rb, strict=True))
             lines.append(
-                f"| {STUDY_LABEL[a]} − {STUDY_LABEL[b]} | {len(diffs)} | " + ", ".join(f"{d:+.3f}" for d in diffs)
+                f"| {STUDY_LABEL[a]} − {STUDY_LABEL[b]} | {len(diffs)} | "
+                + ", ".join(f"{d:+.3f}" for d in diffs)
                 + f" | {mean:+.3f} | [{lo:+.3f}, {hi:+.3f}] | {sign_flip_p(diffs):.4f} | {sd:.3f} | {power:.0%} | "
                 f"{f_mean:+.3f} [{f_lo:+.3f}, {f_hi:+.3f}] | {e_mean:+.3f} [{e_lo:+.3f}, {e_hi:+.3f}] | "
                 f"{adj:+.3f} [{adj_lo:+.3f}, {adj_hi:+.3f}] | {same_step1}/{len(diffs)} | "
                 f"{reading(lo, hi, mean, a, b, power, stage.setting)} |"
-            )  # fmt: skip
+            )
             if stage.confirms:
                 verdict = "confirmed" if a == "troll" and lo > 0 else "withdrawn"
-                lines += ["", f"Primary outcome of this stage: {stage.confirms} {verdict} ({STUDY_LABEL[a]} − "
-                          f"{STUDY_LABEL[b]} {mean:+.3f} [{lo:+.3f}, {hi:+.3f}]; the plan: an interval that excludes "
-                          "0 in TROLL's favour confirms it, any other result withdraws it)."]  # fmt: skip
+                lines += [
+                    "",
+                    f"Primary outcome of this stage: {stage.confirms} {verdict} ({STUDY_LABEL[a]} − "
+                    f"{STUDY_LABEL[b]} {mean:+.3f} [{lo:+.3f}, {hi:+.3f}]; the plan: an interval that excludes "
+                    "0 in TROLL's favour confirms it, any other result withdraws it).",
+                ]
             if stage.primary == "collapses":
                 ca = sum(x["collapsed"] or x["collapsed_peak"] for x in ra)
                 cb = sum(y["collapsed"] or y["collapsed_peak"] for y in rb)
                 p = fisher_exact_p(ca, len(ra), cb, len(rb))
-                verdict = (f"{STUDY_LABEL[a] if ca < cb else STUDY_LABEL[b]} collapsed less" if p < 0.05
-                           else "no difference in collapses detected")  # fmt: skip
-                lines += ["", f"Primary outcome of this stage, collapses: {STUDY_LABEL[a]} {ca}/{len(ra)}, "
-                          f"{STUDY_LABEL[b]} {cb}/{len(rb)}, Fisher exact p = {p:.3f}: {verdict}."]  # fmt: skip
+                verdict = (
+                    f"{STUDY_LABEL[a] if ca < cb else STUDY_LABEL[b]} collapsed less"
+                    if p < 0.05
+                    else "no difference in collapses detected"
+                )
+                lines += [
+                    "",
+                    f"Primary outcome of this stage, collapses: {STUDY_LABEL[a]} {ca}/{len(ra)}, "
+                    f"{STUDY_LABEL[b]} {cb}/{len(rb)}, Fisher exact p = {p:.3f}: {verdict}.",
+                ]
         lines.append("")
     return "\n".join(lines).rstrip() + "\n"
 
@@ -811,8 +912,10 @@ def write_study_docs(path: str, report: str, study: str = "powered") -> int:
     new, count = study_block(study).subn(lambda m: m.group(1) + "\n" + report + "\n" + m.group(3), text)
     command = "--study" if study == "powered" else f"--study {study}"
     if count == 0:
-        raise SystemExit(f"--docs {path}: no '<!-- report: ... {command} ... -->' ... '<!-- end report -->' block; "
-                         f"add one whose marker names the {command} command, where the tables belong")  # fmt: skip
+        raise SystemExit(
+            f"--docs {path}: no '<!-- report: ... {command} ... -->' ... '<!-- end report -->' block; "
+            f"add one whose marker names the {command} command, where the tables belong"
+        )
     if new != text:
         with open(path + ".tmp", "w") as f:
             f.write(new)
@@ -890,8 +993,7 @@ def plot_study(results_dir: str, results: dict, path: str) -> str:
     if not grid:
         return "no stage complete yet: nothing drawn"
     columns = max(len(row) for row in grid)
-    fig, axes = plt.subplots(len(grid), columns, figsize=(4.2 * columns, 3.2 * len(grid)), squeeze=False,
-                             sharey=True)  # fmt: skip
+    fig, axes = plt.subplots(len(grid), columns, figsize=(4.2 * columns, 3.2 * len(grid)), squeeze=False, sharey=True)
     panels = []
     for row, ax_row in zip(grid, axes, strict=True):
         panels += zip(ax_row, row, strict=False)
@@ -908,8 +1010,9 @@ def plot_study(results_dir: str, results: dict, path: str) -> str:
                 ax.plot(range(1, len(rewards) + 1), rewards, color=colors[loss], alpha=0.2, lw=0.8)
         if curves:
             n = min(len(c) for c in curves)
-            ax.plot(range(1, n + 1), [statistics.mean(c[i] for c in curves) for i in range(n)], color=colors[loss],
-                    lw=2.4)  # fmt: skip
+            ax.plot(
+                range(1, n + 1), [statistics.mean(c[i] for c in curves) for i in range(n)], color=colors[loss], lw=2.4
+            )
         ax.set_title(f"stage {stage.name}: {stage.variant}, {STUDY_LABEL[loss]} ({len(curves)} seeds)", fontsize=9)
         ax.set_xlabel("step")
         ax.set_ylabel("train reward")
@@ -928,14 +1031,23 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--target", type=float, default=0.5)
     default_variants = [v for v in VARIANTS if v in ("grpo", "grpo8", "grpo_upper", "gspo")]
-    parser.add_argument("--variants", nargs="+", default=default_variants, choices=list(VARIANTS),
-                        help=f"default: {' '.join(default_variants)}")  # fmt: skip
+    parser.add_argument(
+        "--variants",
+        nargs="+",
+        default=default_variants,
+        choices=list(VARIANTS),
+        help=f"default: {' '.join(default_variants)}",
+    )
     parser.add_argument("--out-dir", default="outputs/bench_learning", help="the runs' logs and full metrics")
-    parser.add_argument("--results-dir", default=None,
-                        help="finished runs' filtered per-step metrics, the input of every table and plot (commit "
-                             "it; default: <out-dir>/raw)")  # fmt: skip
-    parser.add_argument("--report-only", action="store_true",
-                        help="run nothing: print the tables (and --plot) from --results-dir")  # fmt: skip
+    parser.add_argument(
+        "--results-dir",
+        default=None,
+        help="finished runs' filtered per-step metrics, the input of every table and plot (commit "
+        "it; default: <out-dir>/raw)",
+    )
+    parser.add_argument(
+        "--report-only", action="store_true", help="run nothing: print the tables (and --plot) from --results-dir"
+    )
     parser.add_argument(
         "--dry-run",
         action="store_true",
@@ -974,9 +1086,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="run nothing: print a study's tables from --results-dir: the powered study's (and --plot) with --study "
         "alone, the late-decay study's stage 1 with --study late_decay (before its interim look only the progress)",
     )
-    parser.add_argument("--docs", default=None,
-                        help="with --study: also write the tables into this Markdown file, replacing its block "
-                             "between '<!-- report: <the --study command> -->' and '<!-- end report -->'")  # fmt: skip
+    parser.add_argument(
+        "--docs",
+        default=None,
+        help="with --study: also write the tables into this Markdown file, replacing its block "
+        "between '<!-- report: <the --study command> -->' and '<!-- end report -->'",
+    )
     parser.add_argument("--plot", default=None, help="write the reward curves here (PNG)")
     return parser
 
@@ -1000,8 +1115,13 @@ def main(argv=None) -> int:
         if args.plot:
             print("plot: " + plot_study(results_dir, results, args.plot))
         return 0
-    plan = [(v, loss, s) for s in args.seeds for v in args.variants for loss in VARIANTS[v]
-            if args.losses is None or loss in args.losses]  # fmt: skip
+    plan = [
+        (v, loss, s)
+        for s in args.seeds
+        for v in args.variants
+        for loss in VARIANTS[v]
+        if args.losses is None or loss in args.losses
+    ]
     if args.dry_run:
         return _dry_run_plan(plan, model, args)
     if not args.report_only:
@@ -1017,8 +1137,16 @@ def main(argv=None) -> int:
         print()
         print(stress_report(results, args.seeds, args.steps, args.variants))
     if args.plot:
-        print("\nplot: " + plot_curves(results_dir, args.variants, args.seeds, args.plot,
-                                       f"GRPO on the {model.name} model's task, seeds {args.seeds}"))  # fmt: skip
+        print(
+            "\nplot: "
+            + plot_curves(
+                results_dir,
+                args.variants,
+                args.seeds,
+                args.plot,
+                f"GRPO on the {model.name} model's task, seeds {args.seeds}",
+            )
+        )
     return 0
 
 
@@ -1026,9 +1154,15 @@ def _run_overrides(model, assets, args, variant: str, loss: str, seed: int) -> l
     key = f"{variant}/{loss}/seed{seed}"
     run_dir = os.path.join(args.out_dir, variant, loss, f"seed{seed}")
     return cpu_run_overrides(
-        model, assets, steps=args.steps, seed=seed, run_dir=run_dir, experiment=key.replace("/", "_"),
-        lr=LEARNING_RATE.get(variant), test_freq=args.test_freq,
-    ) + arm_overrides(variant, loss, model)  # fmt: skip
+        model,
+        assets,
+        steps=args.steps,
+        seed=seed,
+        run_dir=run_dir,
+        experiment=key.replace("/", "_"),
+        lr=LEARNING_RATE.get(variant),
+        test_freq=args.test_freq,
+    ) + arm_overrides(variant, loss, model)
 
 
 def _dry_run_plan(plan, model, args) -> int:
@@ -1069,14 +1203,25 @@ def _run_plan(plan, model, args, results_dir: str) -> int:
             return 1
         wall = time.perf_counter() - start
         peak = result.worker_peak_rss_bytes
-        record = {"key": key, "model": model.name, "steps": args.steps, "wall_s": round(wall, 1),
-                  "worker_peak_rss_gb": peak / 2**30 if peak else None, "overrides": overrides,
-                  "task_hi": args.task_hi, "val_key": model.val_key,
-                  "date": time.strftime("%Y-%m-%d"), **_versions()}  # fmt: skip
+        record = {
+            "key": key,
+            "model": model.name,
+            "steps": args.steps,
+            "wall_s": round(wall, 1),
+            "worker_peak_rss_gb": peak / 2**30 if peak else None,
+            "overrides": overrides,
+            "task_hi": args.task_hi,
+            "val_key": model.val_key,
+            "date": time.strftime("%Y-%m-%d"),
+            **_versions(),
+        }
         save_raw(results_dir, key, result.rows(), record)
         r = run_stats(result.rows(), args.target, model.val_key, peak)
-        print(f"  done in {wall:.0f} s: reward {r['reward_start']:.3f} -> {r['reward_final']:.3f}, steps to "
-              f"target {r['steps_to_target']}, collapsed {r['collapsed']}", flush=True)  # fmt: skip
+        print(
+            f"  done in {wall:.0f} s: reward {r['reward_start']:.3f} -> {r['reward_final']:.3f}, steps to "
+            f"target {r['steps_to_target']}, collapsed {r['collapsed']}",
+            flush=True,
+        )
     return 0
 
 
@@ -1091,8 +1236,14 @@ def record_failed_attempt(results_dir: str, key: str, returncode: int, log_path:
             tail = f.read()[-2000:]
     except OSError:
         tail = None
-    entry = {"key": key, "returncode": returncode, "wall_s": round(wall_s, 1), "date": time.strftime("%Y-%m-%d %H:%M"),
-             "log_tail": tail, **_versions()}  # fmt: skip
+    entry = {
+        "key": key,
+        "returncode": returncode,
+        "wall_s": round(wall_s, 1),
+        "date": time.strftime("%Y-%m-%d %H:%M"),
+        "log_tail": tail,
+        **_versions(),
+    }
     os.makedirs(results_dir, exist_ok=True)
     path = os.path.join(results_dir, FAILED_ATTEMPTS)
     with open(path, "a") as f:
@@ -1112,11 +1263,16 @@ def _versions() -> dict:
             out[dist] = None
     try:
         here = os.path.dirname(os.path.abspath(__file__))
-        out["commit"] = subprocess.run(["git", "-C", here, "rev-parse", "HEAD"], capture_output=True, text=True,
-                                       check=True).stdout.strip()  # fmt: skip
+        out["commit"] = subprocess.run(
+            ["git", "-C", here, "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+        ).stdout.strip()
         # whether the code that ran is exactly that commit (untracked files outside the package aside)
-        status = subprocess.run(["git", "-C", here, "status", "--porcelain", "--untracked-files=no"],
-                                capture_output=True, text=True, check=True).stdout  # fmt: skip
+        status = subprocess.run(
+            ["git", "-C", here, "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
         out["tree_clean"] = status.strip() == ""
     except (OSError, subprocess.CalledProcessError):
         out["commit"] = None

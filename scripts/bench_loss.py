@@ -262,10 +262,15 @@ def bench_loss(args, dtype_name, device):
     for name in variants:
         t_ratio = paired_ratio(times[name], times["clip"])
         m_ratio = paired_ratio(peaks[name], peaks["clip"])
-        res[name] = dict(time=statistics.median(times[name]), mem=statistics.median(peaks[name]),
-                         time_ratio=t_ratio, mem_ratio=m_ratio)  # fmt: skip
-        log(f"  {name:<12} {res[name]['time']:>9.3f} {t_ratio:>10.3f} "
-            f"{res[name]['mem'] / 2**20:>11.0f} {m_ratio:>9.3f}")  # fmt: skip
+        res[name] = dict(
+            time=statistics.median(times[name]),
+            mem=statistics.median(peaks[name]),
+            time_ratio=t_ratio,
+            mem_ratio=m_ratio,
+        )
+        log(
+            f"  {name:<12} {res[name]['time']:>9.3f} {t_ratio:>10.3f} {res[name]['mem'] / 2**20:>11.0f} {m_ratio:>9.3f}"
+        )
     if "clip-verl" in res:
         res["troll"]["time_ratio_vs_verl"] = paired_ratio(times["troll"], times["clip-verl"])
         res["troll"]["mem_ratio_vs_verl"] = paired_ratio(peaks["troll"], peaks["clip-verl"])
@@ -335,9 +340,11 @@ def parse_shape(text: str) -> tuple[int, int, int]:
 
 def markdown_table(cases: list[dict]) -> str:
     """One row per (shape, dtype): TROLL / clip time and peak memory (medians of paired ratios) and the seconds."""
-    lines = ["| N | H | V | dtype | time TROLL / clip | peak memory TROLL / clip | clip step [ms] | TROLL step [ms] "
-             "| clip peak [MiB] | TROLL peak [MiB] | support | projected |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines = [
+        "| N | H | V | dtype | time TROLL / clip | peak memory TROLL / clip | clip step [ms] | TROLL step [ms] "
+        "| clip peak [MiB] | TROLL peak [MiB] | support | projected |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for c in cases:
         lines.append(
             f"| {c['N']} | {c['H']} | {c['V']} | {c['dtype']} | {_num(c['time_ratio'])} | {_num(c['mem_ratio'])} | "
@@ -392,12 +399,20 @@ def main(argv=None):
             args.tokens, args.hidden, args.vocab = n, h, v
             res, metrics = bench_loss(args, name, device)
             troll = res["troll"]
-            case = {"N": n, "H": h, "V": v, "dtype": name,
-                    "time_ratio": round(troll["time_ratio"], 4), "mem_ratio": round(troll["mem_ratio"], 4),
-                    "time_clip_s": res["clip"]["time"], "time_troll_s": res["troll"]["time"],
-                    "mem_clip_mib": res["clip"]["mem"] / 2**20, "mem_troll_mib": res["troll"]["mem"] / 2**20,
-                    "support_size": round(metrics["troll/support_size"], 2),
-                    "projected_frac": round(metrics["troll/projected_frac"], 3)}  # fmt: skip
+            case = {
+                "N": n,
+                "H": h,
+                "V": v,
+                "dtype": name,
+                "time_ratio": round(troll["time_ratio"], 4),
+                "mem_ratio": round(troll["mem_ratio"], 4),
+                "time_clip_s": res["clip"]["time"],
+                "time_troll_s": res["troll"]["time"],
+                "mem_clip_mib": res["clip"]["mem"] / 2**20,
+                "mem_troll_mib": res["troll"]["mem"] / 2**20,
+                "support_size": round(metrics["troll/support_size"], 2),
+                "projected_frac": round(metrics["troll/projected_frac"], 3),
+            }
             if "clip-verl" in res:
                 case["time_ratio_vs_verl"] = round(res["troll"]["time_ratio_vs_verl"], 4)
                 case["mem_ratio_vs_verl"] = round(res["troll"]["mem_ratio_vs_verl"], 4)

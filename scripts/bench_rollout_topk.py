@@ -77,10 +77,16 @@ def main(argv=None) -> int:
     prompts = _prompts(assets.model_dir, args.prompts)
     k, settings = args.topk, TrollConfig(topk=args.topk)
     llm = LLM(
-        model=assets.model_dir, dtype="float32", enforce_eager=True, max_model_len=256, seed=0,
-        distributed_executor_backend="uni", max_logprobs=k, logprobs_mode="processed_logprobs",
+        model=assets.model_dir,
+        dtype="float32",
+        enforce_eager=True,
+        max_model_len=256,
+        seed=0,
+        distributed_executor_backend="uni",
+        max_logprobs=k,
+        logprobs_mode="processed_logprobs",
         kv_cache_memory_bytes=1 << 30,
-    )  # fmt: skip
+    )
     inputs = [{"prompt_token_ids": p} for p in prompts]
     arms = {
         "logprobs=0 (recompute path)": {"logprobs": 0},
@@ -88,8 +94,7 @@ def main(argv=None) -> int:
     }
 
     def generate(name: str, seed: int):
-        params = SamplingParams(temperature=1.0, max_tokens=args.max_tokens, seed=seed, detokenize=False,
-                                **arms[name])  # fmt: skip
+        params = SamplingParams(temperature=1.0, max_tokens=args.max_tokens, seed=seed, detokenize=False, **arms[name])
         start = time.perf_counter()
         outs = llm.generate(inputs, params, use_tqdm=False)
         return time.perf_counter() - start, outs
@@ -110,30 +115,45 @@ def main(argv=None) -> int:
                 arrays = [topk_arrays_from_logprobs(o.outputs[0].logprobs, k) for o in outs]
                 ids = torch.from_numpy(np.concatenate([a for a, _ in arrays]))
                 lps = torch.from_numpy(np.concatenate([b for _, b in arrays]))
-                old = old_topk_from_rollout(ids, lps, topk=k, mass_delta=settings.mass_delta, floor=settings.floor,
-                                            value_dtype=settings.value_dtype)  # fmt: skip
+                old = old_topk_from_rollout(
+                    ids,
+                    lps,
+                    topk=k,
+                    mass_delta=settings.mass_delta,
+                    floor=settings.floor,
+                    value_dtype=settings.value_dtype,
+                )
                 convert_us.append(1e6 * (time.perf_counter() - start) / tokens)
                 fields_bytes.append(sum(a.nbytes + b.nbytes for a, b in arrays) / tokens)
                 stored_bytes.append(sum(t.element_size() * t.numel() for t in old) / tokens)
-        print(f"repetition {rep + 1}/{args.repeats}: "
-              + ", ".join(f"{n}: {statistics.median(rates[n]):.0f} tok/s" for n in names), flush=True)  # fmt: skip
+        print(
+            f"repetition {rep + 1}/{args.repeats}: "
+            + ", ".join(f"{n}: {statistics.median(rates[n]):.0f} tok/s" for n in names),
+            flush=True,
+        )
 
     base = names[0]
     ratios = [t / b for t, b in zip(rates[names[1]], rates[base], strict=True)]
     print()
-    print(f"SmolLM2-135M-Instruct, vLLM-CPU fp32, T=1, {args.prompts} prompts x up to {args.max_tokens} tokens per "
-          f"call, {args.repeats} ABBA repetitions ({2 * args.repeats} calls per arm)")  # fmt: skip
+    print(
+        f"SmolLM2-135M-Instruct, vLLM-CPU fp32, T=1, {args.prompts} prompts x up to {args.max_tokens} tokens per "
+        f"call, {args.repeats} ABBA repetitions ({2 * args.repeats} calls per arm)"
+    )
     print()
     print("| arm | generated tokens/s (median) | / logprobs=0, per call pair (median, range) |")
     print("|---|---|---|")
     print(f"| {base} | {statistics.median(rates[base]):.0f} | 1.00 |")
-    print(f"| {names[1]} | {statistics.median(rates[names[1]]):.0f} | {statistics.median(ratios):.2f} "
-          f"({min(ratios):.2f}-{max(ratios):.2f}) |")  # fmt: skip
+    print(
+        f"| {names[1]} | {statistics.median(rates[names[1]]):.0f} | {statistics.median(ratios):.2f} "
+        f"({min(ratios):.2f}-{max(ratios):.2f}) |"
+    )
     print()
     print(f"bypass mode's conversion (arrays, mass rule, tail): {statistics.median(convert_us):.1f} us per token")
-    print(f"bytes per response token: the server's fields {statistics.median(fields_bytes):.0f} "
-          f"(ids int32 + log-probs fp32, K={k}); the stored old top-K {statistics.median(stored_bytes):.0f} "
-          f"(ids int32, log-probs {settings.value_dtype}, tail fp32)")  # fmt: skip
+    print(
+        f"bytes per response token: the server's fields {statistics.median(fields_bytes):.0f} "
+        f"(ids int32 + log-probs fp32, K={k}); the stored old top-K {statistics.median(stored_bytes):.0f} "
+        f"(ids int32, log-probs {settings.value_dtype}, tail fp32)"
+    )
     return 0
 
 

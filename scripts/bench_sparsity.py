@@ -47,9 +47,15 @@ from troll_verl.core.sparse import old_topk_from_logits, troll_sparse_from_logit
 
 def sample_answers(model, tokenizer, pairs, temperature: float, max_new_tokens: int, seed: int):
     """Left-padded batch of chat prompts → (input_ids, attention_mask, response positions mask, rewards)."""
-    prompts = [tokenizer.apply_chat_template([{"role": "user", "content": prompt_text(a, b)}],
-                                             add_generation_prompt=True, tokenize=True, return_dict=False)
-               for a, b in pairs]  # fmt: skip
+    prompts = [
+        tokenizer.apply_chat_template(
+            [{"role": "user", "content": prompt_text(a, b)}],
+            add_generation_prompt=True,
+            tokenize=True,
+            return_dict=False,
+        )
+        for a, b in pairs
+    ]
     width = max(len(p) for p in prompts)
     pad = tokenizer.pad_token_id
     ids = torch.full((len(prompts), width), pad, dtype=torch.long)
@@ -59,9 +65,17 @@ def sample_answers(model, tokenizer, pairs, temperature: float, max_new_tokens: 
         mask[i, width - len(p) :] = 1
     torch.manual_seed(seed)
     with torch.no_grad():
-        out = model.generate(input_ids=ids, attention_mask=mask, do_sample=True, temperature=temperature, top_k=0,
-                             top_p=1.0, max_new_tokens=max_new_tokens, pad_token_id=pad,
-                             eos_token_id=tokenizer.eos_token_id)  # fmt: skip
+        out = model.generate(
+            input_ids=ids,
+            attention_mask=mask,
+            do_sample=True,
+            temperature=temperature,
+            top_k=0,
+            top_p=1.0,
+            max_new_tokens=max_new_tokens,
+            pad_token_id=pad,
+            eos_token_id=tokenizer.eos_token_id,
+        )
     resp = out[:, width:]
     resp_mask = torch.ones_like(resp, dtype=torch.bool)
     for i in range(resp.shape[0]):  # up to and including the first EOS
@@ -69,10 +83,12 @@ def sample_answers(model, tokenizer, pairs, temperature: float, max_new_tokens: 
         if len(hits):
             resp_mask[i, int(hits[0]) + 1 :] = False
     full_mask = torch.cat([mask.bool(), resp_mask], dim=1)
-    rewards = torch.tensor([
-        compute_score(DATA_SOURCE, tokenizer.decode(resp[i][resp_mask[i]]), str(a + b))["score"]
-        for i, (a, b) in enumerate(pairs)
-    ])  # fmt: skip
+    rewards = torch.tensor(
+        [
+            compute_score(DATA_SOURCE, tokenizer.decode(resp[i][resp_mask[i]]), str(a + b))["score"]
+            for i, (a, b) in enumerate(pairs)
+        ]
+    )
     return out, full_mask, width, resp_mask, rewards
 
 
@@ -99,8 +115,9 @@ def kl_accuracy(old_logits, new_logits, tokens, kl_bound, k, delta) -> dict:
     old_sampled = old_lp_full.gather(1, tokens[:, None]).squeeze(1).float()
     result = {"full_kl_median": float(full.median()), "full_over_bound": float((full > kl_bound).float().mean())}
     for estimate in OLD_ESTIMATES:
-        sup = troll_sparse_from_logits(new_logits.float(), tokens, old, old_sampled, topk=k, mass_delta=delta,
-                                       old_estimate=estimate)  # fmt: skip
+        sup = troll_sparse_from_logits(
+            new_logits.float(), tokens, old, old_sampled, topk=k, mass_delta=delta, old_estimate=estimate
+        )
         sparse = project(sup.new_logprobs, sup.old_logprobs, kl_bound, mask=sup.mask).kl_before
         moved = full > 1e-9
         ratio = (sparse[moved] / full[moved]).median() if bool(moved.any()) else torch.tensor(float("nan"))
@@ -120,12 +137,19 @@ def measure(model_dir, temperature, updates, lr, prompts, k, delta, kl_bound, se
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     model.eval()
     pairs = ArithmeticTask().split()[0][:prompts]
-    seqs, full_mask, width, resp_mask, rewards = sample_answers(model, tokenizer, pairs, temperature,
-                                                                max_new_tokens, seed)  # fmt: skip
+    seqs, full_mask, width, resp_mask, rewards = sample_answers(
+        model, tokenizer, pairs, temperature, max_new_tokens, seed
+    )
     with torch.no_grad():
         old_logits, tokens = response_logits(model, seqs, full_mask, width, resp_mask, temperature)
-    out = {"temperature": temperature, "answers": len(pairs), "tokens": int(tokens.shape[0]),
-           "reward": float(rewards.mean()), "coverage_before": coverage(old_logits, delta, k), "after": {}}  # fmt: skip
+    out = {
+        "temperature": temperature,
+        "answers": len(pairs),
+        "tokens": int(tokens.shape[0]),
+        "reward": float(rewards.mean()),
+        "coverage_before": coverage(old_logits, delta, k),
+        "after": {},
+    }
     advantages = rewards - rewards.mean()
     if bool((advantages == 0).all()):
         advantages = torch.ones_like(rewards)  # every answer scored the same: reinforce them all
@@ -151,24 +175,36 @@ def measure(model_dir, temperature, updates, lr, prompts, k, delta, kl_bound, se
 
 
 def report(results: list[dict], k: int, delta: float, kl_bound: float) -> str:
-    lines = [f"K={k}, δ={delta}, ε={kl_bound}", "",
-             "| T | answers (tokens), reward | tokens for 1 − δ: median / p90 (before → after last update) "
-             "| positions needing > K (before → after) |", "|---|---|---|---|"]  # fmt: skip
+    lines = [
+        f"K={k}, δ={delta}, ε={kl_bound}",
+        "",
+        "| T | answers (tokens), reward | tokens for 1 − δ: median / p90 (before → after last update) "
+        "| positions needing > K (before → after) |",
+        "|---|---|---|---|",
+    ]
     for r in results:
         last = r["after"][max(r["after"], key=int)]["coverage"]
         cb = r["coverage_before"]
-        lines.append(f"| {r['temperature']} | {r['answers']} ({r['tokens']}), {r['reward']:.3f} | "
-                     f"{cb['median']:.0f} / {cb['p90']:.0f} → {last['median']:.0f} / {last['p90']:.0f} | "
-                     f"{100 * cb['share_over_k']:.0f} % → {100 * last['share_over_k']:.0f} % |")  # fmt: skip
-    lines += ["", "| T | Adam steps | estimate | sparse KL / full KL (median) | projected | projected only by the "
-              "estimate | full KL > ε but not projected |", "|---|---|---|---|---|---|---|"]  # fmt: skip
+        lines.append(
+            f"| {r['temperature']} | {r['answers']} ({r['tokens']}), {r['reward']:.3f} | "
+            f"{cb['median']:.0f} / {cb['p90']:.0f} → {last['median']:.0f} / {last['p90']:.0f} | "
+            f"{100 * cb['share_over_k']:.0f} % → {100 * last['share_over_k']:.0f} % |"
+        )
+    lines += [
+        "",
+        "| T | Adam steps | estimate | sparse KL / full KL (median) | projected | projected only by the "
+        "estimate | full KL > ε but not projected |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for r in results:
         for steps, entry in sorted(r["after"].items(), key=lambda kv: int(kv[0])):
             for estimate in OLD_ESTIMATES:
                 e = entry[estimate]
-                lines.append(f"| {r['temperature']} | {steps} | {estimate} | {e['ratio_median']:.2f} | "
-                             f"{100 * e['projected']:.1f} % | {100 * e['projected_by_estimate']:.1f} % | "
-                             f"{100 * e['missed']:.1f} % |")  # fmt: skip
+                lines.append(
+                    f"| {r['temperature']} | {steps} | {estimate} | {e['ratio_median']:.2f} | "
+                    f"{100 * e['projected']:.1f} % | {100 * e['projected_by_estimate']:.1f} % | "
+                    f"{100 * e['missed']:.1f} % |"
+                )
     return "\n".join(lines)
 
 
@@ -195,8 +231,20 @@ def main(argv=None) -> int:
     results = []
     for temperature in args.temperatures:
         start = time.perf_counter()
-        results.append(measure(assets.model_dir, temperature, args.updates, args.lr, args.prompts, args.topk,
-                               args.mass_delta, args.kl_bound, args.seed, args.max_new_tokens))  # fmt: skip
+        results.append(
+            measure(
+                assets.model_dir,
+                temperature,
+                args.updates,
+                args.lr,
+                args.prompts,
+                args.topk,
+                args.mass_delta,
+                args.kl_bound,
+                args.seed,
+                args.max_new_tokens,
+            )
+        )
         print(f"[bench_sparsity] T={temperature}: {time.perf_counter() - start:.0f} s", file=sys.stderr, flush=True)
     if args.json:
         with open(args.json, "w") as f:

@@ -47,9 +47,15 @@ def answer(model, tokenizer, pairs, *, samples: int, greedy: bool, max_new_token
     out = []
     for start in range(0, len(pairs), batch):
         chunk = pairs[start : start + batch]
-        prompts = [tokenizer.apply_chat_template([{"role": "user", "content": prompt_text(a, b)}],
-                                                 add_generation_prompt=True, tokenize=True, return_dict=False)
-                   for a, b in chunk]  # fmt: skip
+        prompts = [
+            tokenizer.apply_chat_template(
+                [{"role": "user", "content": prompt_text(a, b)}],
+                add_generation_prompt=True,
+                tokenize=True,
+                return_dict=False,
+            )
+            for a, b in chunk
+        ]
         width = max(len(p) for p in prompts)
         ids = torch.full((len(prompts), width), tokenizer.pad_token_id, dtype=torch.long)
         mask = torch.zeros_like(ids)
@@ -57,12 +63,20 @@ def answer(model, tokenizer, pairs, *, samples: int, greedy: bool, max_new_token
             ids[i, width - len(p) :] = torch.tensor(p)
             mask[i, width - len(p) :] = 1
         torch.manual_seed(seed + start)
-        sampling = {"do_sample": False} if greedy else {"do_sample": True, "temperature": 1.0, "top_k": 0, "top_p": 1.0,
-                                                         "num_return_sequences": samples}  # fmt: skip
+        sampling = (
+            {"do_sample": False}
+            if greedy
+            else {"do_sample": True, "temperature": 1.0, "top_k": 0, "top_p": 1.0, "num_return_sequences": samples}
+        )
         with torch.no_grad():
-            gen = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens,
-                                 eos_token_id=tokenizer.eos_token_id,
-                                 pad_token_id=tokenizer.pad_token_id, **sampling)  # fmt: skip
+            gen = model.generate(
+                input_ids=ids,
+                attention_mask=mask,
+                max_new_tokens=max_new_tokens,
+                eos_token_id=tokenizer.eos_token_id,
+                pad_token_id=tokenizer.pad_token_id,
+                **sampling,
+            )
         out += tokenizer.batch_decode(gen[:, width:], skip_special_tokens=True)
     return out
 
@@ -114,14 +128,23 @@ def main(argv=None) -> int:
         common = {"max_new_tokens": args.max_new_tokens, "seed": args.seed, "batch": args.batch}
         greedy = answer(model, tokenizer, held_out, samples=1, greedy=True, **common)
         sampled = answer(model, tokenizer, held_out, samples=args.samples, greedy=False, **common)
-        results.append({"hi": hi, "held_out": len(held_out), "samples": args.samples,
-                        "greedy_acc": accuracy(held_out, greedy, 1),
-                        "sampled_acc": accuracy(held_out, sampled, args.samples),
-                        "seconds": round(time.perf_counter() - start, 1),
-                        "examples": {"greedy": greedy[:3], "sampled": sampled[:3]}})  # fmt: skip
+        results.append(
+            {
+                "hi": hi,
+                "held_out": len(held_out),
+                "samples": args.samples,
+                "greedy_acc": accuracy(held_out, greedy, 1),
+                "sampled_acc": accuracy(held_out, sampled, args.samples),
+                "seconds": round(time.perf_counter() - start, 1),
+                "examples": {"greedy": greedy[:3], "sampled": sampled[:3]},
+            }
+        )
         r = results[-1]
-        print(f"hi={hi}: {r['held_out']} held out; greedy accuracy {r['greedy_acc']:.3f}, T=1 accuracy "
-              f"{r['sampled_acc']:.3f} ({args.samples} samples each); {r['seconds']:.0f} s", flush=True)  # fmt: skip
+        print(
+            f"hi={hi}: {r['held_out']} held out; greedy accuracy {r['greedy_acc']:.3f}, T=1 accuracy "
+            f"{r['sampled_acc']:.3f} ({args.samples} samples each); {r['seconds']:.0f} s",
+            flush=True,
+        )
     chosen = choose(results, args.min_sampled, args.max_greedy)
     rule = f"largest hi with T=1 accuracy >= {args.min_sampled} and greedy accuracy <= {args.max_greedy}"
     print(f"\n| hi | held out | greedy accuracy | T = 1 accuracy ({args.samples} samples each) |\n|---|---|---|---|")
@@ -131,8 +154,18 @@ def main(argv=None) -> int:
     if args.out:
         os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
         with open(args.out, "w") as f:
-            json.dump({"rule": rule, "chosen": chosen, "results": results, "max_new_tokens": args.max_new_tokens,
-                       "seed": args.seed, "model": assets.info.get("model")}, f, indent=1)  # fmt: skip
+            json.dump(
+                {
+                    "rule": rule,
+                    "chosen": chosen,
+                    "results": results,
+                    "max_new_tokens": args.max_new_tokens,
+                    "seed": args.seed,
+                    "model": assets.info.get("model"),
+                },
+                f,
+                indent=1,
+            )
     return 0
 
 

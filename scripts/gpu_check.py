@@ -52,8 +52,12 @@ STAGE_LIMIT_S = {"env": 60, "core": 200, "bench_loss": 180, "engine": 180}
 def stage_env(out_dir: str) -> dict:
     import torch
 
-    info = {"python": sys.version.split()[0], "torch": torch.__version__, "cuda": torch.version.cuda,
-            "cuda_available": torch.cuda.is_available()}  # fmt: skip
+    info = {
+        "python": sys.version.split()[0],
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "cuda_available": torch.cuda.is_available(),
+    }
     if torch.cuda.is_available():
         props = torch.cuda.get_device_properties(0)
         info.update(gpu=props.name, gpu_memory_gib=round(props.total_memory / 2**30, 1))
@@ -65,8 +69,12 @@ def stage_env(out_dir: str) -> dict:
         except Exception as exc:  # noqa: BLE001 - a missing package is a finding, not a crash
             info[dist] = f"missing ({type(exc).__name__})"
     try:
-        info["driver"] = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                                        capture_output=True, text=True, timeout=20).stdout.strip()  # fmt: skip
+        info["driver"] = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+        ).stdout.strip()
     except (OSError, subprocess.TimeoutExpired):
         info["driver"] = None
     return info
@@ -76,12 +84,14 @@ def stage_core(out_dir: str) -> dict:
     """The core's tests with its functions on CUDA; pass/fail counts and the failing tests' names."""
     env = {**os.environ, "TROLL_TEST_DEVICE": "cuda"}
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=", *CORE_TESTS]
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=STAGE_LIMIT_S["core"] - 10)  # fmt: skip
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=STAGE_LIMIT_S["core"] - 10)
     with open(os.path.join(out_dir, "core_tests.log"), "w") as f:
         f.write(proc.stdout + proc.stderr)
-    return {**parse_pytest_summary(proc.stdout), "returncode": proc.returncode,
-            "failed_tests": re.findall(r"^FAILED (\S+)", proc.stdout, re.M)}  # fmt: skip
+    return {
+        **parse_pytest_summary(proc.stdout),
+        "returncode": proc.returncode,
+        "failed_tests": re.findall(r"^FAILED (\S+)", proc.stdout, re.M),
+    }
 
 
 def parse_pytest_summary(text: str) -> dict:
@@ -95,8 +105,23 @@ def parse_pytest_summary(text: str) -> dict:
 
 def stage_bench_loss(out_dir: str) -> dict:
     path, table = os.path.join(out_dir, "bench_loss.json"), os.path.join(out_dir, "bench_loss.md")
-    cmd = [sys.executable, "scripts/bench_loss.py", "--device", "cuda", "--shapes", *QWEN3_SHAPES, "--dtypes",
-           "bf16,fp32", "--repeats", "5", "--skip-verl-baseline", "--json", path, "--markdown", table]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "scripts/bench_loss.py",
+        "--device",
+        "cuda",
+        "--shapes",
+        *QWEN3_SHAPES,
+        "--dtypes",
+        "bf16,fp32",
+        "--repeats",
+        "5",
+        "--skip-verl-baseline",
+        "--json",
+        path,
+        "--markdown",
+        table,
+    ]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=STAGE_LIMIT_S["bench_loss"] - 10)
     with open(os.path.join(out_dir, "bench_loss.log"), "w") as f:
         f.write(proc.stdout + proc.stderr)
@@ -138,13 +163,22 @@ def stage_engine(out_dir: str) -> dict:
     if not tiny:
         torch.cuda.set_device(0)
     sync = (lambda: None) if tiny else torch.cuda.synchronize
-    model_dir = tiny_model_dir(os.path.join(out_dir, "qwen3_random"), vocab=vocab, layers=layers, hidden=hidden,
-                               heads=16 if not tiny else 2, arch="qwen3", head_scale=8.0)  # fmt: skip
+    model_dir = tiny_model_dir(
+        os.path.join(out_dir, "qwen3_random"),
+        vocab=vocab,
+        layers=layers,
+        hidden=hidden,
+        heads=16 if not tiny else 2,
+        arch="qwen3",
+        head_scale=8.0,
+    )
     batch = make_batch(vocab, [prompt] * seqs, [response] * seqs, seed=0)
     adv = torch.randn(seqs, response, generator=torch.Generator().manual_seed(0))
-    results = {"model": f"Qwen3-shaped, {layers} layers, hidden {hidden}, vocabulary {vocab}, random weights",
-               "tokens_per_update": seqs * (prompt + response),
-               "parameters": "fp32, CPU platform" if tiny else "bf16 (verl's default mixed precision)"}  # fmt: skip
+    results = {
+        "model": f"Qwen3-shaped, {layers} layers, hidden {hidden}, vocabulary {vocab}, random weights",
+        "tokens_per_update": seqs * (prompt + response),
+        "parameters": "fp32, CPU platform" if tiny else "bf16 (verl's default mixed precision)",
+    }
     for loss in ("troll", "clip"):
         overrides = [
             f"actor_rollout_ref.actor.policy_loss.loss_mode={'troll' if loss == 'troll' else 'vanilla'}",
@@ -219,10 +253,14 @@ STAGES = {"env": stage_env, "core": stage_core, "bench_loss": stage_bench_loss, 
 def render_markdown(report: dict) -> str:
     """The check's tables: the stages' status, the loss benchmark and the engine update, TROLL / clip."""
     env = report.get("env", {}).get("result") or {}
-    lines = [f"GPU check, {report.get('date', '?')}: {env.get('gpu', '?')} ({env.get('gpu_memory_gib', '?')} GiB), "
-             f"driver {env.get('driver', '?')}, torch {env.get('torch', '?')} (CUDA {env.get('cuda', '?')}), "
-             f"verl {env.get('verl', '?')}, transformers {env.get('transformers', '?')}", "",
-             "| stage | status | seconds | detail |", "|---|---|---|---|"]  # fmt: skip
+    lines = [
+        f"GPU check, {report.get('date', '?')}: {env.get('gpu', '?')} ({env.get('gpu_memory_gib', '?')} GiB), "
+        f"driver {env.get('driver', '?')}, torch {env.get('torch', '?')} (CUDA {env.get('cuda', '?')}), "
+        f"verl {env.get('verl', '?')}, transformers {env.get('transformers', '?')}",
+        "",
+        "| stage | status | seconds | detail |",
+        "|---|---|---|---|",
+    ]
     for name in STAGES:
         stage = report.get(name)
         if stage is None:
@@ -231,17 +269,27 @@ def render_markdown(report: dict) -> str:
         lines.append(f"| {name} | {stage['status']} | {stage['seconds']:.0f} | {_detail(name, stage)} |")
     bench = (report.get("bench_loss") or {}).get("result")
     if bench:
-        lines += ["", "Loss step (`scripts/bench_loss.py`), TROLL / clip, medians of paired ratios:", "",
-                  bench["table"].rstrip()]  # fmt: skip
+        lines += [
+            "",
+            "Loss step (`scripts/bench_loss.py`), TROLL / clip, medians of paired ratios:",
+            "",
+            bench["table"].rstrip(),
+        ]
     engine = (report.get("engine") or {}).get("result")
     if engine:
-        lines += ["", f"One update through verl's FSDP2 engine ({engine['model']}, {engine['tokens_per_update']} "
-                  f"tokens, {engine['parameters']} parameters):", "",
-                  "| loss | update [s] | peak allocated [GiB] |", "|---|---|---|",
-                  f"| TROLL | {engine['troll']['update_s']:.3f} | {engine['troll']['peak_gib']:.2f} |",
-                  f"| clip | {engine['clip']['update_s']:.3f} | {engine['clip']['peak_gib']:.2f} |",
-                  f"| TROLL / clip | {_num(engine['time_ratio'])} | {_num(engine['mem_ratio'])} |", "",
-                  f"Bound held on every token: {'yes' if engine['bound_held'] else 'NO'}."]  # fmt: skip
+        lines += [
+            "",
+            f"One update through verl's FSDP2 engine ({engine['model']}, {engine['tokens_per_update']} "
+            f"tokens, {engine['parameters']} parameters):",
+            "",
+            "| loss | update [s] | peak allocated [GiB] |",
+            "|---|---|---|",
+            f"| TROLL | {engine['troll']['update_s']:.3f} | {engine['troll']['peak_gib']:.2f} |",
+            f"| clip | {engine['clip']['update_s']:.3f} | {engine['clip']['peak_gib']:.2f} |",
+            f"| TROLL / clip | {_num(engine['time_ratio'])} | {_num(engine['mem_ratio'])} |",
+            "",
+            f"Bound held on every token: {'yes' if engine['bound_held'] else 'NO'}.",
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -259,8 +307,10 @@ def _detail(name: str, stage: dict) -> str:
             f" ({failed})" if failed else ""
         )
     if name == "bench_loss":
-        return ", ".join(f"{c['dtype']} H={c['H']}: time {_num(c['time_ratio'])}, memory {_num(c['mem_ratio'])}"
-                         for c in result["cases"])  # fmt: skip
+        return ", ".join(
+            f"{c['dtype']} H={c['H']}: time {_num(c['time_ratio'])}, memory {_num(c['mem_ratio'])}"
+            for c in result["cases"]
+        )
     if name == "engine":
         return (
             f"time {_num(result['time_ratio'])}, memory {_num(result['mem_ratio'])}, "

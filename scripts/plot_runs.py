@@ -63,10 +63,20 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("runs", nargs="+", metavar="RUN", help="run directory, log file, or LABEL=PATH")
     parser.add_argument("--labels", nargs="+", help="one label per RUN (overrides LABEL= and the default)")
     parser.add_argument("--out-dir", default="outputs/plots", help="where the PNGs go (default outputs/plots)")
-    parser.add_argument("--smooth", type=int, default=5, metavar="N",
-                        help="trailing mean over N steps for training curves; 1 = raw (default 5)")  # fmt: skip
-    parser.add_argument("--metrics", nargs="+", choices=list(PANELS), metavar="PANEL",
-                        help=f"panels to draw (default: every panel with data): {', '.join(PANELS)}")  # fmt: skip
+    parser.add_argument(
+        "--smooth",
+        type=int,
+        default=5,
+        metavar="N",
+        help="trailing mean over N steps for training curves; 1 = raw (default 5)",
+    )
+    parser.add_argument(
+        "--metrics",
+        nargs="+",
+        choices=list(PANELS),
+        metavar="PANEL",
+        help=f"panels to draw (default: every panel with data): {', '.join(PANELS)}",
+    )
     parser.add_argument("--title", default="", help="figure title")
     return parser
 

@@ -70,8 +70,22 @@ def prefetch(folder: Path, run=subprocess.run) -> list[str]:
         if _present(folder, leaves):
             continue
         print(f"[prefetch] {what}: pip download {' '.join(args)}", flush=True)
-        proc = run([sys.executable, "-m", "pip", "download", "--disable-pip-version-check", "-q", "--no-deps",
-                    "-d", str(folder), *args], capture_output=True, text=True)  # fmt: skip
+        proc = run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--disable-pip-version-check",
+                "-q",
+                "--no-deps",
+                "-d",
+                str(folder),
+                *args,
+            ],
+            capture_output=True,
+            text=True,
+        )
         if proc.returncode != 0 or not _present(folder, leaves):
             detail = " ".join(line for line in proc.stderr.splitlines() if "is ignored: it is neither" not in line)
             problems.append(f"{what} ({' '.join(args[-1:])}): pip exit {proc.returncode}. {detail[-300:]}")
@@ -97,9 +111,12 @@ def main(argv: list[str] | None = None) -> int:
     folder = Path(args.wheelhouse)
     problems = prefetch(folder)
     if problems:
-        print(f"[prefetch] ERROR: could not fetch into {folder}:\n  " + "\n  ".join(problems)
-              + "\nFix: check the network or pip's index settings, or put the files there by hand.",
-              file=sys.stderr)  # fmt: skip
+        print(
+            f"[prefetch] ERROR: could not fetch into {folder}:\n  "
+            + "\n  ".join(problems)
+            + "\nFix: check the network or pip's index settings, or put the files there by hand.",
+            file=sys.stderr,
+        )
         return 1
     print(f"[prefetch] the suite's downloads are in {folder}")
     return 0

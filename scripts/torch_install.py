@@ -115,8 +115,19 @@ def _check_pip_runs(proc: subprocess.CompletedProcess, python: str) -> None:
 
 def _probe_cpu_build(run: Runner, python: str, pin: str) -> str | None:
     """Probe a: the URL pip would install ``pin`` (``torch==<v>+cpu``) from with its own configuration, or None."""
-    proc = run(["install", "--dry-run", "--ignore-installed", "--no-deps", "--only-binary=:all:", "--quiet",
-                "--report", "-", pin])  # fmt: skip
+    proc = run(
+        [
+            "install",
+            "--dry-run",
+            "--ignore-installed",
+            "--no-deps",
+            "--only-binary=:all:",
+            "--quiet",
+            "--report",
+            "-",
+            pin,
+        ]
+    )
     _check_pip_runs(proc, python)
     if proc.returncode != 0:
         return None
@@ -208,12 +219,16 @@ def decide(
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--cpu-build", action="store_true",
-                        help="the CPU build even where nvidia-smi is found (the demo .venv)")  # fmt: skip
+    parser.add_argument(
+        "--cpu-build", action="store_true", help="the CPU build even where nvidia-smi is found (the demo .venv)"
+    )
     parser.add_argument("--python", default=sys.executable, help="the target environment's interpreter")
     parser.add_argument("--version", default=os.environ.get("TORCH_VERSION", DEFAULT_VERSION), help="torch release")
-    parser.add_argument("--cpu-index", default=os.environ.get("TORCH_CPU_INDEX") or CPU_INDEX,
-                        help=f"the PyTorch CPU wheel index (default {CPU_INDEX})")  # fmt: skip
+    parser.add_argument(
+        "--cpu-index",
+        default=os.environ.get("TORCH_CPU_INDEX") or CPU_INDEX,
+        help=f"the PyTorch CPU wheel index (default {CPU_INDEX})",
+    )
     return parser
 
 

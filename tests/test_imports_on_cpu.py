@@ -154,8 +154,9 @@ def test_every_module_imports_in_a_fresh_interpreter():
     half = len(modules) // 2
 
     def load(chunk):
-        proc = subprocess.run([sys.executable, "-c", _FORK_IMPORTS, *chunk], capture_output=True, text=True, env=env,
-                              timeout=600)  # fmt: skip
+        proc = subprocess.run(
+            [sys.executable, "-c", _FORK_IMPORTS, *chunk], capture_output=True, text=True, env=env, timeout=600
+        )
         assert proc.returncode == 0, proc.stderr[-3000:]
         report = [line for line in proc.stdout.splitlines() if line.startswith("FAILED_IMPORTS ")]
         assert report, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -169,8 +170,20 @@ def test_every_module_imports_in_a_fresh_interpreter():
 # ------------------------------------------------------------------------------------------------------ the layers
 # A module may import modules of its own layer and of lower ones only (lower = smaller rank). The numerical core is
 # the bottom: it imports nothing else of the package.
-LAYER_RANK = {"core": 0, "compat": 1, "platform": 2, "assets": 2, "recipes": 2, "rollout": 2, "bypass": 3,
-              "integration": 4, "tools": 5, "testing": 6, "main": 6, "config": 6}  # fmt: skip
+LAYER_RANK = {
+    "core": 0,
+    "compat": 1,
+    "platform": 2,
+    "assets": 2,
+    "recipes": 2,
+    "rollout": 2,
+    "bypass": 3,
+    "integration": 4,
+    "tools": 5,
+    "testing": 6,
+    "main": 6,
+    "config": 6,
+}
 # the public verl APIs the core may use (what goes upstream imports them from verl itself)
 CORE_VERL_IMPORTS = {
     "verl.base_config": {"BaseConfig"},
@@ -195,8 +208,12 @@ def test_every_module_belongs_to_a_layer():
 
 
 def test_layers_import_only_downward():
-    upward = [f"{m} -> {d}" for m, deps in _graph().items() for d in deps
-              if _layer(m) != "__init__" and LAYER_RANK[_layer(d)] > LAYER_RANK[_layer(m)]]  # fmt: skip
+    upward = [
+        f"{m} -> {d}"
+        for m, deps in _graph().items()
+        for d in deps
+        if _layer(m) != "__init__" and LAYER_RANK[_layer(d)] > LAYER_RANK[_layer(m)]
+    ]
     assert not upward, upward
 
 

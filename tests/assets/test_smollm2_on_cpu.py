@@ -32,9 +32,17 @@ from troll_verl.assets.smollm2.task import DATA_SOURCE, ArithmeticTask, compute_
 
 @pytest.mark.parametrize(
     ("answer", "truth", "score"),
-    [("7", "7", 1.0), ("3 + 4 = 7.", "7", 1.0), ("The answer is 7<|im_end|>", "7", 1.0), ("7 + 1 = 8", "7", 0.0),
-     ("seven", "7", 0.0), ("", "7", 0.0), ("-3", "-3", 1.0), ("17", "7", 0.0)],
-)  # fmt: skip
+    [
+        ("7", "7", 1.0),
+        ("3 + 4 = 7.", "7", 1.0),
+        ("The answer is 7<|im_end|>", "7", 1.0),
+        ("7 + 1 = 8", "7", 0.0),
+        ("seven", "7", 0.0),
+        ("", "7", 0.0),
+        ("-3", "-3", 1.0),
+        ("17", "7", 0.0),
+    ],
+)
 def test_reward_takes_the_last_integer(answer, truth, score):
     out = compute_score(DATA_SOURCE, answer, truth)
     assert out["score"] == score and out["acc"] == (score == 1.0)

@@ -122,8 +122,9 @@ def test_prepare_sets_k_and_max_logprobs_and_installs_the_topk_replica(replica_r
 
 
 @pytest.mark.parametrize("seam", [False, True])
-def test_trainer_in_bypass_mode_warns_where_the_mismatch_metric_is_not_reported(replica_registry, monkeypatch,
-                                                                                 caplog, seam):  # fmt: skip
+def test_trainer_in_bypass_mode_warns_where_the_mismatch_metric_is_not_reported(
+    replica_registry, monkeypatch, caplog, seam
+):
     """On a verl with the policy-loss logits seam, verl's ppo_loss replaces TROLL's loss function (which reports
     troll/mismatch_kl): TROLL's trainer says so instead of leaving the metric silently absent."""
     import troll_verl.integration.trainer as trainer_module
@@ -205,8 +206,9 @@ class _VerlLikeServer:
 
         sampling_params = SamplingParams(max_tokens=8, logprobs=0 if sampling_params.pop("logprobs") else None)
         final = None
-        async for output in self.engine.generate(prompt={"prompt_token_ids": prompt_ids},
-                                                 sampling_params=sampling_params, request_id=request_id):  # fmt: skip
+        async for output in self.engine.generate(
+            prompt={"prompt_token_ids": prompt_ids}, sampling_params=sampling_params, request_id=request_id
+        ):
             final = output
         token_ids = final.outputs[0].token_ids
         log_probs = [final.outputs[0].logprobs[i][tok].logprob for i, tok in enumerate(token_ids)]
@@ -231,8 +233,9 @@ def test_server_returns_the_topk_per_generated_token_and_keeps_verls_logprobs():
     assert isinstance(server.engine, TopKEngineClient) and server.engine.sleep() == "asleep"
 
     async def both():
-        return await asyncio.gather(server.generate([1, 2, 3, 4], {"logprobs": True}, "a"),
-                                    server.generate([1, 2], {"logprobs": True}, "b"))  # fmt: skip
+        return await asyncio.gather(
+            server.generate([1, 2, 3, 4], {"logprobs": True}, "a"), server.generate([1, 2], {"logprobs": True}, "b")
+        )
 
     out_a, out_b = asyncio.run(both())  # concurrent requests never mix their arrays
     for out, n in ((out_a, 4), (out_b, 2)):
@@ -267,9 +270,16 @@ def test_async_client_concatenates_the_topk_of_resumed_chunks(monkeypatch):
         tokens, stop = chunks[len(calls)]
         calls.append(list(prompt_ids))
         arrays = np.array([[t, t + 1] for t in tokens], dtype=np.int32).reshape(-1, 2)
-        return TokenOutput(token_ids=tokens, log_probs=[-0.1] * len(tokens), stop_reason=stop,
-                           extra_fields={"global_steps": len(calls), TOPK_IDS_FIELD: arrays,
-                                         TOPK_LOGPROBS_FIELD: -arrays.astype(np.float32)})  # fmt: skip
+        return TokenOutput(
+            token_ids=tokens,
+            log_probs=[-0.1] * len(tokens),
+            stop_reason=stop,
+            extra_fields={
+                "global_steps": len(calls),
+                TOPK_IDS_FIELD: arrays,
+                TOPK_LOGPROBS_FIELD: -arrays.astype(np.float32),
+            },
+        )
 
     monkeypatch.setattr(LLMServerClient, "generate", server_generate)
     monkeypatch.setattr(asyncio, "sleep", _no_sleep)
@@ -332,9 +342,12 @@ def test_the_update_batch_yields_the_old_fields(equal_lengths):
     assert set(fields) == set(OLD_FIELDS)
     for i, sample in enumerate(samples[:-1]):
         r = sample["responses"].shape[0]
-        ref = old_topk_from_rollout(torch.from_numpy(sample["extra_fields"]["troll_rollout_topk_ids"][:r]),
-                                    torch.from_numpy(sample["extra_fields"]["troll_rollout_topk_logprobs"][:r]),
-                                    topk=k, mass_delta=1e-3)  # fmt: skip
+        ref = old_topk_from_rollout(
+            torch.from_numpy(sample["extra_fields"]["troll_rollout_topk_ids"][:r]),
+            torch.from_numpy(sample["extra_fields"]["troll_rollout_topk_logprobs"][:r]),
+            topk=k,
+            mass_delta=1e-3,
+        )
         for key, want in zip(OLD_FIELDS, ref, strict=True):
             assert torch.equal(fields[key][i], want), key
     assert fields["troll_old_ids"][-1].tolist() == [[2] + [-1] * (k - 1)]  # padding: point mass on its token
@@ -378,8 +391,9 @@ def test_vllm_topk_equals_the_actors_old_pass(tmp_path, head_scale, k, temperatu
     model = tiny_model_dir(str(tmp_path / "m"), vocab=128, hidden=64, heads=2, layers=2, head_scale=head_scale)
     script = ["-m", "troll_verl.testing.vllm_topk"]
     env = {key: value for key, value in os.environ.items() if key != "VERL_PLATFORM"}
-    out = subprocess.run([sys.executable, *script, model, str(k), str(temperature)], capture_output=True, text=True,
-                         env=env, timeout=540)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, *script, model, str(k), str(temperature)], capture_output=True, text=True, env=env, timeout=540
+    )
     lines = [line for line in out.stdout.splitlines() if line.startswith("RESULT ")]
     assert out.returncode == 0 and lines, out.stdout[-2000:] + out.stderr[-4000:]
     worst = json.loads(lines[-1][len("RESULT ") :])

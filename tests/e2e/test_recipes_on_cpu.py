@@ -61,21 +61,73 @@ SCRIPT = os.path.join(REPO, "recipe", "troll", "run_qwen3_0.6b_fsdp.sh")
 FIXTURES = os.path.join(REPO, "tests", "fixtures", "data")
 # dataset -> (preprocessor and its arguments, data_source of the train split, of the validation split)
 DATASETS = {
-    "gsm8k": (["gsm8k.py", "--train-file", "gsm8k/train.jsonl", "--val-file", "gsm8k/test.jsonl"],
-              "openai/gsm8k", "openai/gsm8k"),
-    "dapo_math": (["dapo_math.py", "--train-file", "dapo_math/train.jsonl", "--val-file", "dapo_math/aime2024.jsonl"],
-                  "math_dapo", "aime2024"),
-    "eurus_math": (["eurus2.py", "--subset", "math", "--train-file", "eurus2/train.jsonl", "--val-file",
-                    "eurus2/validation.jsonl"], "eurus2_math", "eurus2_math"),
-    "eurus_code": (["eurus2.py", "--subset", "code", "--train-file", "eurus2/train.jsonl", "--val-file",
-                    "eurus2/validation.jsonl"], "eurus2_code", "eurus2_code"),
-}  # fmt: skip
+    "gsm8k": (
+        ["gsm8k.py", "--train-file", "gsm8k/train.jsonl", "--val-file", "gsm8k/test.jsonl"],
+        "openai/gsm8k",
+        "openai/gsm8k",
+    ),
+    "dapo_math": (
+        ["dapo_math.py", "--train-file", "dapo_math/train.jsonl", "--val-file", "dapo_math/aime2024.jsonl"],
+        "math_dapo",
+        "aime2024",
+    ),
+    "eurus_math": (
+        [
+            "eurus2.py",
+            "--subset",
+            "math",
+            "--train-file",
+            "eurus2/train.jsonl",
+            "--val-file",
+            "eurus2/validation.jsonl",
+        ],
+        "eurus2_math",
+        "eurus2_math",
+    ),
+    "eurus_code": (
+        [
+            "eurus2.py",
+            "--subset",
+            "code",
+            "--train-file",
+            "eurus2/train.jsonl",
+            "--val-file",
+            "eurus2/validation.jsonl",
+        ],
+        "eurus2_code",
+        "eurus2_code",
+    ),
+}
 BATCH, N = 4, 4  # the CPU mode's prompts per batch and rollouts per prompt
 # the recipe's knobs and what else would change a launch: removed from the inherited environment
-SCRUBBED = {"VARIANT", "DATASET", "LOSS_MODE", "GSPO_CLIP", "DATA_DIR", "MAX_PROMPT_LENGTH", "MAX_RESPONSE_LENGTH",
-            "SANDBOX_FUSION_URL", "CRITIC_LR", "EXPERIMENT", "DRY_RUN", "DRY_RUN_RECORD", "PYTHON", "CPU", "MODEL_PATH",
-            "VERL_PLATFORM", "TROLL_DRY_RUN", "TRACE", "NNODES", "NGPUS", "PPO_MAX_TOKEN_LEN_PER_GPU", "ROLLOUT_TP",
-            "ROLLOUT_GPU_MEM_UTIL", "OFFLOAD", "THINKING", "TROLL_CODE_SANDBOX"}  # fmt: skip
+SCRUBBED = {
+    "VARIANT",
+    "DATASET",
+    "LOSS_MODE",
+    "GSPO_CLIP",
+    "DATA_DIR",
+    "MAX_PROMPT_LENGTH",
+    "MAX_RESPONSE_LENGTH",
+    "SANDBOX_FUSION_URL",
+    "CRITIC_LR",
+    "EXPERIMENT",
+    "DRY_RUN",
+    "DRY_RUN_RECORD",
+    "PYTHON",
+    "CPU",
+    "MODEL_PATH",
+    "VERL_PLATFORM",
+    "TROLL_DRY_RUN",
+    "TRACE",
+    "NNODES",
+    "NGPUS",
+    "PPO_MAX_TOKEN_LEN_PER_GPU",
+    "ROLLOUT_TP",
+    "ROLLOUT_GPU_MEM_UTIL",
+    "OFFLOAD",
+    "THINKING",
+    "TROLL_CODE_SANDBOX",
+}
 
 
 class Run:
@@ -113,9 +165,18 @@ def data(tmp_path_factory) -> str:
     for dataset, (args, _, _) in DATASETS.items():
         script, *rest = args
         rest = [os.path.join(FIXTURES, a) if a.endswith(".jsonl") else a for a in rest]
-        proc = subprocess.run([sys.executable, os.path.join(REPO, "examples", "data_preprocess", script), *rest,
-                               "--local-dir", os.path.join(data_dir, dataset)],
-                              capture_output=True, text=True, timeout=180)  # fmt: skip
+        proc = subprocess.run(
+            [
+                sys.executable,
+                os.path.join(REPO, "examples", "data_preprocess", script),
+                *rest,
+                "--local-dir",
+                os.path.join(data_dir, dataset),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
         assert proc.returncode == 0, proc.stdout + proc.stderr
     return data_dir
 
@@ -143,16 +204,33 @@ def _launch(run_dir: str, cache: str, data_dir: str, knobs: dict[str, str], *ove
     ray_temp_dir = tempfile.mkdtemp(prefix="trollray-", dir="/tmp")  # Ray's socket paths must stay short
     tag = new_run_tag()
     env = {k: v for k, v in os.environ.items() if k not in SCRUBBED}
-    env.update(CPU="1", PYTHON=sys.executable, DATA_DIR=data_dir, TROLL_VERL_CACHE=cache,
-               VERL_FILE_LOGGER_PATH=os.path.join(run_dir, "metrics.jsonl"), TOKENIZERS_PARALLELISM="false",
-               HYDRA_FULL_ERROR="1", RAY_DEDUP_LOGS="0", TROLL_CODE_SANDBOX="require", **knobs, **TAG.env,
-               **run_env(tag))  # fmt: skip
-    cmd = ["bash", SCRIPT, "trainer.total_training_steps=2", "actor_rollout_ref.actor.optim.lr=1e-4",
-           f"actor_rollout_ref.actor.policy_loss.kl_bound={TIGHT}", f"trainer.rollout_data_dir={run_dir}/rollouts",
-           # a batch holds at most 16 x 384 tokens (6k, 280 MB of SmolLM2's KV cache): 384 MiB instead of 1 GiB
-           "++actor_rollout_ref.rollout.engine_kwargs.vllm.kv_cache_memory_bytes=402653184",
-           *overrides, f"++ray_kwargs.ray_init._temp_dir={ray_temp_dir}",
-           f"hydra.run.dir={os.path.join(run_dir, 'hydra')}"]  # fmt: skip
+    env.update(
+        CPU="1",
+        PYTHON=sys.executable,
+        DATA_DIR=data_dir,
+        TROLL_VERL_CACHE=cache,
+        VERL_FILE_LOGGER_PATH=os.path.join(run_dir, "metrics.jsonl"),
+        TOKENIZERS_PARALLELISM="false",
+        HYDRA_FULL_ERROR="1",
+        RAY_DEDUP_LOGS="0",
+        TROLL_CODE_SANDBOX="require",
+        **knobs,
+        **TAG.env,
+        **run_env(tag),
+    )
+    cmd = [
+        "bash",
+        SCRIPT,
+        "trainer.total_training_steps=2",
+        "actor_rollout_ref.actor.optim.lr=1e-4",
+        f"actor_rollout_ref.actor.policy_loss.kl_bound={TIGHT}",
+        f"trainer.rollout_data_dir={run_dir}/rollouts",
+        # a batch holds at most 16 x 384 tokens (6k, 280 MB of SmolLM2's KV cache): 384 MiB instead of 1 GiB
+        "++actor_rollout_ref.rollout.engine_kwargs.vllm.kv_cache_memory_bytes=402653184",
+        *overrides,
+        f"++ray_kwargs.ray_init._temp_dir={ray_temp_dir}",
+        f"hydra.run.dir={os.path.join(run_dir, 'hydra')}",
+    ]
     proc = None
     start = time.perf_counter()
     watchdog = Watchdog(tag).start()  # stops the run's processes even if pytest is killed
@@ -161,8 +239,9 @@ def _launch(run_dir: str, cache: str, data_dir: str, knobs: dict[str, str], *ove
             log.write("$ " + " ".join(cmd) + "\n")
             log.flush()
             # cwd: verl's file logger and Hydra write nothing outside run_dir, but keep anything else there too
-            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=run_dir,
-                                    start_new_session=True)  # fmt: skip
+            proc = subprocess.Popen(
+                cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=run_dir, start_new_session=True
+            )
             proc.wait(timeout=RUN_TIMEOUT_S)
     except subprocess.TimeoutExpired:
         pass  # the return code stays None: Run.check fails with the log's tail
@@ -178,17 +257,30 @@ def datasets(data, one_each, cache, tmp_path_factory) -> Run:
     run_dir = str(tmp_path_factory.mktemp("datasets"))
     train = ",".join(f"'{one_each[d]}'" for d in DATASETS)
     val = ",".join(f"'{os.path.join(data, d, 'val.parquet')}'" for d in DATASETS)
-    return _launch(run_dir, cache, data, dict(VARIANT="gspo", DATASET="gsm8k", EXPERIMENT="recipe-cpu-datasets-gspo"),
-                   f"data.train_files=[{train}]", f"data.val_files=[{val}]", "trainer.val_before_train=False",
-                   "trainer.test_freq=2", "actor_rollout_ref.actor.entropy_coeff=1e-3")  # fmt: skip
+    return _launch(
+        run_dir,
+        cache,
+        data,
+        dict(VARIANT="gspo", DATASET="gsm8k", EXPERIMENT="recipe-cpu-datasets-gspo"),
+        f"data.train_files=[{train}]",
+        f"data.val_files=[{val}]",
+        "trainer.val_before_train=False",
+        "trainer.test_freq=2",
+        "actor_rollout_ref.actor.entropy_coeff=1e-3",
+    )
 
 
 @pytest.fixture(scope="module")
 def ppo(data, cache, tmp_path_factory) -> Run:
     run_dir = str(tmp_path_factory.mktemp("ppo"))
-    return _launch(run_dir, cache, data, dict(VARIANT="ppo", DATASET="gsm8k", MAX_RESPONSE_LENGTH="64",
-                                              EXPERIMENT="recipe-cpu-gsm8k-ppo"),
-                   "trainer.val_before_train=False", "trainer.test_freq=-1")  # fmt: skip
+    return _launch(
+        run_dir,
+        cache,
+        data,
+        dict(VARIANT="ppo", DATASET="gsm8k", MAX_RESPONSE_LENGTH="64", EXPERIMENT="recipe-cpu-gsm8k-ppo"),
+        "trainer.val_before_train=False",
+        "trainer.test_freq=-1",
+    )
 
 
 def _data_sources(data: str, split: str) -> dict[str, str]:

@@ -91,8 +91,9 @@ WHOLE_BATCH_TWO_EPOCHS = ("actor_rollout_ref.actor.ppo_mini_batch_size=8", "acto
 
 
 def _train(assets, run_dir: str, *extra: str, steps: int = 4, module: str = "troll_verl.main") -> Run:
-    overrides = tiny_cpu_overrides(assets, loss_mode="troll", steps=steps, batch_prompts=8, n=4, lr=1e-2,
-                                   run_dir=run_dir, test_freq=-1)  # fmt: skip
+    overrides = tiny_cpu_overrides(
+        assets, loss_mode="troll", steps=steps, batch_prompts=8, n=4, lr=1e-2, run_dir=run_dir, test_freq=-1
+    )
     overrides += ["trainer.val_before_train=False", *extra]
     result = run_trainer(overrides, run_dir, module=module, timeout_s=RUN_TIMEOUT_S, env=TAG.env)
     return Run(run_dir, result.returncode, open(result.log_path).read(), result.rows())
@@ -102,11 +103,17 @@ def _train(assets, run_dir: str, *extra: str, steps: int = 4, module: str = "tro
 def sync(assets, tmp_path_factory):
     """What a user switching an existing run does: verl's main_ppo, its own sync trainer, plus loss_mode=troll."""
     run_dir = str(tmp_path_factory.mktemp("sync"))
-    return _train(assets, run_dir, *WHOLE_BATCH_TWO_EPOCHS,
-                  # verl's main_ppo runs no resource guard: say it explicitly (1 TQ controller + 1 storage unit + 3)
-                  "ray_kwargs.ray_init.num_cpus=5", "++ray_kwargs.ray_init.num_gpus=1",
-                  "trainer.save_freq=2", f"trainer.rollout_data_dir={run_dir}/rollouts",
-                  module="verl.trainer.main_ppo")  # fmt: skip
+    return _train(
+        assets,
+        run_dir,
+        *WHOLE_BATCH_TWO_EPOCHS,
+        # verl's main_ppo runs no resource guard: say it explicitly (1 TQ controller + 1 storage unit + 3)
+        "ray_kwargs.ray_init.num_cpus=5",
+        "++ray_kwargs.ray_init.num_gpus=1",
+        "trainer.save_freq=2",
+        f"trainer.rollout_data_dir={run_dir}/rollouts",
+        module="verl.trainer.main_ppo",
+    )
 
 
 @pytest.fixture(scope="module")
@@ -118,21 +125,49 @@ def sync_resumed(assets, sync, tmp_path_factory):
     fake_gpu = tmp_path_factory.mktemp("fake_gpu_bin")
     (fake_gpu / "nvidia-smi").write_text("#!/bin/sh\necho 'NVIDIA-SMI (fake: a GPU machine, as the scripts see one)'\n")
     (fake_gpu / "nvidia-smi").chmod(0o755)
-    env = {**os.environ, "TROLL_VERL_CACHE": os.path.dirname(assets.root), **TAG.env,
-           "PATH": f"{fake_gpu}{os.pathsep}{os.environ['PATH']}"}  # fmt: skip
+    env = {
+        **os.environ,
+        "TROLL_VERL_CACHE": os.path.dirname(assets.root),
+        **TAG.env,
+        "PATH": f"{fake_gpu}{os.pathsep}{os.environ['PATH']}",
+    }
     saved = os.path.join(sync.dir, "checkpoints", "global_step_2")
     # the sync run's batch and schedule (the CLI's own defaults are the tiny model's 16 x 8)
-    schedule = ["data.train_batch_size=8", "actor_rollout_ref.rollout.n=4", "actor_rollout_ref.actor.optim.lr=1e-2",
-                *WHOLE_BATCH_TWO_EPOCHS,
-                "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16",
-                "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=16"]  # fmt: skip
+    schedule = [
+        "data.train_batch_size=8",
+        "actor_rollout_ref.rollout.n=4",
+        "actor_rollout_ref.actor.optim.lr=1e-2",
+        *WHOLE_BATCH_TWO_EPOCHS,
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16",
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=16",
+    ]
     proc = subprocess.run(
-        [sys.executable, "-m", "troll_verl.tools.quickstart", "--model", "tiny", "--steps", "4", "--loss-mode",
-         "vanilla", "--out-dir", str(out_dir), "--timeout", str(RUN_TIMEOUT_S), "--", "trainer.test_freq=-1",
-         *schedule, "trainer.resume_mode=resume_path", f"trainer.resume_from_path={saved}",
-         f"trainer.rollout_data_dir={out_dir}/rollouts"],
-        capture_output=True, text=True, env=env, timeout=RUN_TIMEOUT_S + 60,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "troll_verl.tools.quickstart",
+            "--model",
+            "tiny",
+            "--steps",
+            "4",
+            "--loss-mode",
+            "vanilla",
+            "--out-dir",
+            str(out_dir),
+            "--timeout",
+            str(RUN_TIMEOUT_S),
+            "--",
+            "trainer.test_freq=-1",
+            *schedule,
+            "trainer.resume_mode=resume_path",
+            f"trainer.resume_from_path={saved}",
+            f"trainer.rollout_data_dir={out_dir}/rollouts",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=RUN_TIMEOUT_S + 60,
+    )
     rows = read_metrics(str(out_dir / "vanilla" / "metrics.jsonl"))
     return Run(str(out_dir), proc.returncode, proc.stdout[-3000:] + proc.stderr[-3000:], rows, proc.stdout)
 
@@ -140,8 +175,9 @@ def sync_resumed(assets, sync, tmp_path_factory):
 @pytest.fixture(scope="module")
 def legacy(assets, tmp_path_factory):
     """verl's legacy trainer (trainer.use_v1=false) with TROLL: TROLL's task runner, the ``sync`` run's settings."""
-    return _train(assets, str(tmp_path_factory.mktemp("legacy")), "trainer.use_v1=false", *WHOLE_BATCH_TWO_EPOCHS,
-                  steps=2)  # fmt: skip
+    return _train(
+        assets, str(tmp_path_factory.mktemp("legacy")), "trainer.use_v1=false", *WHOLE_BATCH_TWO_EPOCHS, steps=2
+    )
 
 
 @pytest.fixture(scope="module")
@@ -152,8 +188,13 @@ def async_(assets, tmp_path_factory):
 @pytest.fixture(scope="module")
 def async_resumed(assets, async_, tmp_path_factory):
     saved = os.path.join(async_.dir, "checkpoints", "global_step_2")
-    return _train(assets, str(tmp_path_factory.mktemp("async_resumed")), *COLOCATE_ASYNC,
-                  "trainer.resume_mode=resume_path", f"trainer.resume_from_path={saved}")  # fmt: skip
+    return _train(
+        assets,
+        str(tmp_path_factory.mktemp("async_resumed")),
+        *COLOCATE_ASYNC,
+        "trainer.resume_mode=resume_path",
+        f"trainer.resume_from_path={saved}",
+    )
 
 
 @pytest.fixture(scope="module")
@@ -336,16 +377,33 @@ def test_drgrpo_trains_with_troll(async_bypass):
 
 # ------------------------------------------------------------------------------------------------- kill tests
 def _quickstart_cmd(assets, out_dir) -> list[str]:
-    return [sys.executable, "-m", "troll_verl.tools.quickstart", "--model", "tiny", "--steps", "200",
-            "--cache-dir", os.path.dirname(assets.root), "--out-dir", str(out_dir),
-            "--", "trainer.test_freq=-1", "trainer.val_before_train=False"]  # fmt: skip
+    return [
+        sys.executable,
+        "-m",
+        "troll_verl.tools.quickstart",
+        "--model",
+        "tiny",
+        "--steps",
+        "200",
+        "--cache-dir",
+        os.path.dirname(assets.root),
+        "--out-dir",
+        str(out_dir),
+        "--",
+        "trainer.test_freq=-1",
+        "trainer.val_before_train=False",
+    ]
 
 
 @pytest.mark.timeout(RUN_TIMEOUT_S)
 def test_sigkill_leaves_no_process(assets, tmp_path):
     """SIGKILL the quickstart's top process once vLLM's engine runs: its watchdog stops everything of the run."""
-    proc = subprocess.Popen(_quickstart_cmd(assets, tmp_path / "qs"), env={**os.environ, **TAG.env},
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    proc = subprocess.Popen(
+        _quickstart_cmd(assets, tmp_path / "qs"),
+        env={**os.environ, **TAG.env},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         assert wait_until(lambda: TAG.processes("EngineCore"), RUN_TIMEOUT_S - 120), "vLLM's engine never started"
         assert proc.poll() is None

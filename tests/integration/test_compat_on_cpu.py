@@ -111,8 +111,12 @@ def _own_private_names(sources) -> tuple[set[str], set[str]]:
                     class_level.update(t.id for t in targets if isinstance(t, ast.Name))
                     if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
                         class_level.add(stmt.name)
-            elif (isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store)
-                  and isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")):  # fmt: skip
+            elif (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.ctx, ast.Store)
+                and isinstance(node.value, ast.Name)
+                and node.value.id in ("self", "cls")
+            ):
                 class_level.add(node.attr)
 
     def private(names):
@@ -123,8 +127,9 @@ def _own_private_names(sources) -> tuple[set[str], set[str]]:
 
 def _reaches(tree, module_level: set[str], class_level: set[str]) -> list[ast.Attribute]:
     """The private attribute reads and writes of ``tree`` that the package's own definitions do not cover."""
-    own_objects = {t.id for stmt in tree.body if isinstance(stmt, ast.Assign) for t in stmt.targets
-                   if isinstance(t, ast.Name)}  # fmt: skip
+    own_objects = {
+        t.id for stmt in tree.body if isinstance(stmt, ast.Assign) for t in stmt.targets if isinstance(t, ast.Name)
+    }
     found = []
     for node in ast.walk(tree):
         if not (isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")):

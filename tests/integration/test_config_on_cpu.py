@@ -25,8 +25,13 @@ from troll_verl.integration.config import TrollPolicyLossConfig, troll_settings
 def test_defaults_are_the_papers():
     cfg = TrollPolicyLossConfig()
     assert (cfg.loss_mode, cfg.kl_bound, cfg.alpha, cfg.topk, cfg.mass_delta, cfg.floor) == (
-        "troll", 0.05, 1.0, 64, 1e-5, 1e-12,
-    )  # fmt: skip
+        "troll",
+        0.05,
+        1.0,
+        64,
+        1e-5,
+        1e-12,
+    )
     assert cfg.tail == "bucket" and cfg.ratio_level == "token" and cfg.seq_log_ratio_cap == 10.0
     assert cfg.value_dtype == torch.float32
 
@@ -34,13 +39,28 @@ def test_defaults_are_the_papers():
 @pytest.mark.parametrize(
     "field, value",
     [
-        ("kl_bound", 0.0), ("kl_bound", -0.1), ("kl_bound", float("inf")), ("alpha", -1.0), ("topk", 0),
-        ("topk", 2.5), ("mass_delta", 0.0), ("mass_delta", 1.0), ("floor", 0.0), ("floor", 2.0),
-        ("tail", "drop"), ("ratio_level", "seq"), ("solver", "brent"), ("old_value_dtype", "int8"),
-        ("old_estimate", "exact"), ("seq_log_ratio_cap", 0.0), ("eta_max", -1.0), ("solver_max_iter", 0),
-        ("solver_tol", 0.0), ("chunk_size", 0),
+        ("kl_bound", 0.0),
+        ("kl_bound", -0.1),
+        ("kl_bound", float("inf")),
+        ("alpha", -1.0),
+        ("topk", 0),
+        ("topk", 2.5),
+        ("mass_delta", 0.0),
+        ("mass_delta", 1.0),
+        ("floor", 0.0),
+        ("floor", 2.0),
+        ("tail", "drop"),
+        ("ratio_level", "seq"),
+        ("solver", "brent"),
+        ("old_value_dtype", "int8"),
+        ("old_estimate", "exact"),
+        ("seq_log_ratio_cap", 0.0),
+        ("eta_max", -1.0),
+        ("solver_max_iter", 0),
+        ("solver_tol", 0.0),
+        ("chunk_size", 0),
     ],
-)  # fmt: skip
+)
 def test_invalid_values_name_the_field(field, value):
     with pytest.raises(ValueError, match=rf"actor_rollout_ref\.actor\.policy_loss\.{field}"):
         TrollPolicyLossConfig(**{field: value})

@@ -112,8 +112,16 @@ def _core(model_dir, batch, data, settings, loss_agg_mode, gbi, extra=None):
     sampled = batch["input_ids"].values()[rows + 1]
     old_sampled = data["old_log_probs"].values().float()
     old = OldTopK(*(data[k].values() for k in OLD_FIELDS))
-    support = troll_sparse_from_logits(logits, sampled, old, old_sampled, rows=rows, topk=settings.topk,
-                                       mass_delta=settings.mass_delta, old_estimate=settings.old_estimate)  # fmt: skip
+    support = troll_sparse_from_logits(
+        logits,
+        sampled,
+        old,
+        old_sampled,
+        rows=rows,
+        topk=settings.topk,
+        mass_delta=settings.mass_delta,
+        old_estimate=settings.old_estimate,
+    )
     terms, _ = troll_token_terms(support, settings)
     lens = torch.tensor(RESPONSES)
     padded = terms.map(lambda t: _padded(t, lens)[0])
@@ -122,8 +130,15 @@ def _core(model_dir, batch, data, settings, loss_agg_mode, gbi, extra=None):
     weights = None
     if extra is not None and "rollout_is_weights" in extra:
         weights = _padded(extra["rollout_is_weights"], lens)[0]
-    loss, _ = troll_policy_objective(padded, _padded(old_sampled, lens)[0], data["advantages"].to_padded_tensor(0.0),
-                                     mask, loss_agg_mode, actor, weights)  # fmt: skip
+    loss, _ = troll_policy_objective(
+        padded,
+        _padded(old_sampled, lens)[0],
+        data["advantages"].to_padded_tensor(0.0),
+        mask,
+        loss_agg_mode,
+        actor,
+        weights,
+    )
     return model, loss, logits, rows, padded, mask
 
 
@@ -202,15 +217,18 @@ def test_kl_to_reference_matches_the_core_loss(model_dir, kl_type):
     probe_batch = make_batch(VOCAB, PROMPTS, RESPONSES, seed=3)
     from verl.workers.utils.padding import response_from_nested
 
-    ref = extra_fields(response_from_nested(old_pass(probe, probe_batch, TEMPERATURE, store=False)["log_probs"],
-                                            probe_batch["response_mask"]).values())  # fmt: skip
+    ref = extra_fields(
+        response_from_nested(
+            old_pass(probe, probe_batch, TEMPERATURE, store=False)["log_probs"], probe_batch["response_mask"]
+        ).values()
+    )
     batch, data, metrics, grads = _engine_update(
         model_dir,
         [
             "actor_rollout_ref.actor.use_kl_loss=True",
             f"actor_rollout_ref.actor.kl_loss_coef={coef}",
             f"actor_rollout_ref.actor.kl_loss_type={kl_type}",
-        ],  # fmt: skip
+        ],
         extra=ref,
     )
     settings = TrollPolicyLossConfig()
@@ -224,8 +242,10 @@ def test_kl_to_reference_matches_the_core_loss(model_dir, kl_type):
 
 def test_gspo_sequence_ratio_with_rollout_is_weights_matches_the_core_loss(model_dir):
     weights = {"rollout_is_weights": torch.rand(sum(RESPONSES), generator=torch.Generator().manual_seed(4)) + 0.5}
-    overrides = ["actor_rollout_ref.actor.policy_loss.ratio_level=sequence",
-                 "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean"]  # fmt: skip
+    overrides = [
+        "actor_rollout_ref.actor.policy_loss.ratio_level=sequence",
+        "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean",
+    ]
     batch, data, metrics, grads = _engine_update(model_dir, overrides, extra=weights)
     settings = TrollPolicyLossConfig(ratio_level="sequence")
     model, loss, *_ = _core(model_dir, batch, data, settings, "seq-mean-token-mean", _gbi(), extra=weights)
@@ -234,8 +254,10 @@ def test_gspo_sequence_ratio_with_rollout_is_weights_matches_the_core_loss(model
 
 
 def test_bf16_parameters_keep_the_bound_and_stay_finite(model_dir):
-    overrides = ["actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype=bf16",
-                 "actor_rollout_ref.actor.policy_loss.kl_bound=0.01"]  # fmt: skip
+    overrides = [
+        "actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype=bf16",
+        "actor_rollout_ref.actor.policy_loss.kl_bound=0.01",
+    ]
     cfg = compose_config(model_dir, *overrides)
     worker = make_actor_worker(cfg)
     batch = make_batch(VOCAB, PROMPTS, RESPONSES, seed=3)
@@ -271,8 +293,9 @@ def _dp_worker(rank, world, port, model_dir, loss_agg_mode, queue):
         with_kept_old_fields,
     )
 
-    cfg = compose_config(model_dir, "actor_rollout_ref.actor.optim.lr=0.0",
-                         f"actor_rollout_ref.actor.loss_agg_mode={loss_agg_mode}")  # fmt: skip
+    cfg = compose_config(
+        model_dir, "actor_rollout_ref.actor.optim.lr=0.0", f"actor_rollout_ref.actor.loss_agg_mode={loss_agg_mode}"
+    )
     worker = make_actor_worker(cfg)
     grads = _capture_grads(worker)
     full = make_batch(VOCAB, PROMPTS, RESPONSES, seed=3)
@@ -292,8 +315,7 @@ def _run_dp(world, model_dir, loss_agg_mode):
     queue = ctx.Queue()
     port = free_port()
     worker = FileFunction(__file__, "_dp_worker")
-    procs = [ctx.Process(target=worker, args=(r, world, port, model_dir, loss_agg_mode, queue))
-             for r in range(world)]  # fmt: skip
+    procs = [ctx.Process(target=worker, args=(r, world, port, model_dir, loss_agg_mode, queue)) for r in range(world)]
     for p in procs:
         p.start()
     try:

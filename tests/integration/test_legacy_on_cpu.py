@@ -56,9 +56,12 @@ def test_seeded_requests_number_each_answer_of_a_prompt():
 def test_the_task_runner_chooses_trolls_critic_and_verls_actor_worker():
     runner_cls = TrollTaskRunner.__ray_actor_class__
     runner = runner_cls()
-    config = OmegaConf.create({"actor_rollout_ref": {"model": {"lora": {"rank": 0}}, "actor": {"use_kl_loss": False},
-                                                     "ref": {}},
-                               "algorithm": {"use_kl_in_reward": False}})  # fmt: skip
+    config = OmegaConf.create(
+        {
+            "actor_rollout_ref": {"model": {"lora": {"rank": 0}}, "actor": {"use_kl_loss": False}, "ref": {}},
+            "algorithm": {"use_kl_in_reward": False},
+        }
+    )
     cls, _ = runner.add_actor_rollout_worker(config)
     runner.add_critic_worker(config)
     assert cls is ActorRolloutRefWorker

@@ -97,9 +97,13 @@ def test_the_old_top_k_travels_on_its_own_micro_batch():
     for (batch, rows, log_probs), logits in zip(kept, (logits_second, logits_first), strict=True):
         assert rows["troll_old_ids"].shape[0] == 5  # 3 + 2 response tokens
         want = old_topk_from_logits(
-            logits.squeeze(0), topk=cfg.topk, mass_delta=cfg.mass_delta, floor=cfg.floor, value_dtype=cfg.value_dtype,
+            logits.squeeze(0),
+            topk=cfg.topk,
+            mass_delta=cfg.mass_delta,
+            floor=cfg.floor,
+            value_dtype=cfg.value_dtype,
             rows=response_rows(batch),
-        )  # fmt: skip
+        )
         for key, value in zip(("troll_old_ids", "troll_old_logprobs", "troll_old_tail"), want, strict=True):
             torch.testing.assert_close(rows[key], value.to(rows[key].dtype), rtol=0, atol=0)
         # the same pass's sampled-token log-probs, response-aligned (bsz, T)
@@ -145,10 +149,15 @@ def test_the_final_call_equals_the_direct_loss_and_keeps_each_metrics_aggregatio
     parts as verl aggregated actor/pg_loss; nothing but ppo_loss's return value carries them out."""
     vocab, k, response = 50, 8, 4
     cache = OldTopKCache()
-    fn = TrollLossFn(FSDPActorConfig(
-        strategy="fsdp2", rollout_n=1, ppo_micro_batch_size_per_gpu=1,
-        policy_loss=TrollPolicyLossConfig(topk=k, mass_delta=1e-4, kl_bound=0.05),
-    ), old_sink=cache.put)  # fmt: skip
+    fn = TrollLossFn(
+        FSDPActorConfig(
+            strategy="fsdp2",
+            rollout_n=1,
+            ppo_micro_batch_size_per_gpu=1,
+            policy_loss=TrollPolicyLossConfig(topk=k, mass_delta=1e-4, kl_bound=0.05),
+        ),
+        old_sink=cache.put,
+    )
     data = make_batch(vocab, [3, 5, 2], [response] * 3)
     bsz, n_tokens = 3, 3 * response
     if global_batch:
@@ -184,9 +193,14 @@ def test_the_final_call_equals_the_direct_loss_and_keeps_each_metrics_aggregatio
     support = troll_sparse_from_logits(z.detach(), sampled, old_topk, old_sampled, topk=k, mass_delta=1e-4, rows=rows)
     padded = update.select("advantages", "response_mask").to_padded_tensor()
     expected, expected_metrics = compute_policy_loss_troll(
-        old_sampled.view(bsz, response), None, padded["advantages"], padded["response_mask"], "token-mean",
-        fn.config, support=support.reshape(bsz, response),
-    )  # fmt: skip
+        old_sampled.view(bsz, response),
+        None,
+        padded["advantages"],
+        padded["response_mask"],
+        "token-mean",
+        fn.config,
+        support=support.reshape(bsz, response),
+    )
     torch.testing.assert_close(loss.detach(), expected, rtol=1e-9, atol=1e-12)
     loss_aggregation = AggregationType.SUM if global_batch else AggregationType.MEAN
     assert metrics["actor/pg_loss"].aggregation == loss_aggregation

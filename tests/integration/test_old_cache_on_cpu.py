@@ -34,8 +34,9 @@ def _rows(batch, offset: float):
     n = int(batch["response_mask"].offsets()[-1])
     ids = torch.arange(n * K, dtype=torch.int32).view(n, K)
     fields = {OLD_FIELDS[0]: ids, OLD_FIELDS[1]: -ids.float() / 10 + offset, OLD_FIELDS[2]: -torch.ones(n) + offset}
-    log_probs = torch.nested.nested_tensor_from_jagged(-torch.arange(n).float() / 7 + offset,
-                                                       batch["response_mask"].offsets())  # fmt: skip
+    log_probs = torch.nested.nested_tensor_from_jagged(
+        -torch.arange(n).float() / 7 + offset, batch["response_mask"].offsets()
+    )
     return fields, log_probs
 
 
@@ -81,8 +82,9 @@ def test_equal_sequences_in_two_micro_batches_each_find_their_own_copy():
     second_fields, second = _rows(batch, 1e-7)
     cache.put(batch, first_fields, first)  # micro-batch 1
     cache.put(batch, second_fields, second)  # micro-batch 2: the same sequence, other rounding
-    both = torch.nested.nested_tensor_from_jagged(torch.cat([first.values(), second.values()]),
-                                                  twice["response_mask"].offsets())  # fmt: skip
+    both = torch.nested.nested_tensor_from_jagged(
+        torch.cat([first.values(), second.values()]), twice["response_mask"].offsets()
+    )
     kept, hits = cache.take(_with_old_log_probs(twice, both))
     assert hits == 2
     tail = kept[OLD_FIELDS[2]].unbind()

@@ -226,8 +226,9 @@ def test_cpu_platform_only_with_the_switch():
 def test_cpu_platform_registration_is_strict_identity():
     """The CPU platform class is built once per process, and the registry is (re)filled unless it holds that very
     class: a stand-in from the same module, as a stale registration would be, is replaced."""
-    out = _ok(_run(
-        """
+    out = _ok(
+        _run(
+            """
         import verl
         from verl.plugin.platform import PlatformRegistry
         from troll_verl.integration import plugin
@@ -239,8 +240,9 @@ def test_cpu_platform_registration_is_strict_identity():
         plugin._register_cpu_platform()
         print(PlatformRegistry.get(CPU_PLATFORM_NAME) is ours)
         """,
-        VERL_PLATFORM="cpu",
-    ))  # fmt: skip
+            VERL_PLATFORM="cpu",
+        )
+    )
     assert out.split()[-1] == "True"
 
 

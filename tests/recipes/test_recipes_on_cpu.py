@@ -69,8 +69,13 @@ SUBSETS = {FSDP_8B: "dapo_math", MEGATRON_8B: "eurus_code"}
 _KNOBS = re.compile(r"^\s*([A-Z][A-Z0-9_]*)=\$\{\1:-", re.M)
 SCRUBBED = {
     *(m for path in [*RECIPE.glob("*.sh")] for m in _KNOBS.findall(path.read_text())),
-    "VERL_PLATFORM", "TROLL_DRY_RUN", "HYDRA_FULL_ERROR", "DRY_RUN_RECORD", "EXPERIMENT", "TRACE",
-}  # fmt: skip
+    "VERL_PLATFORM",
+    "TROLL_DRY_RUN",
+    "HYDRA_FULL_ERROR",
+    "DRY_RUN_RECORD",
+    "EXPERIMENT",
+    "TRACE",
+}
 SUBPROCESS_TIMEOUT_S = 600
 JSON_PREFIX = "[TROLL dry run] json "
 
@@ -156,8 +161,12 @@ def _check_cell(summary: dict, script: Path, dataset: str, variant: str, loss_mo
         expected.update(loss_mode="gspo", clip_ratio_low=3e-4, clip_ratio_high=4e-4)
     else:  # the clip baseline: paper.yaml's ratio clip and dual-clip
         actor = PAPER["actor_rollout_ref"]["actor"]
-        expected.update(loss_mode="vanilla", clip_ratio_low=actor["clip_ratio_low"],
-                        clip_ratio_high=actor["clip_ratio_high"], clip_ratio_c=actor["clip_ratio_c"])  # fmt: skip
+        expected.update(
+            loss_mode="vanilla",
+            clip_ratio_low=actor["clip_ratio_low"],
+            clip_ratio_high=actor["clip_ratio_high"],
+            clip_ratio_c=actor["clip_ratio_c"],
+        )
     if loss_mode == "vanilla":
         assert "kl_bound" not in summary and "ratio_level" not in summary
     actual = {key: summary.get(key, "<missing>") for key in expected}
@@ -329,7 +338,7 @@ def test_readme_lists_every_script_and_labels_the_papers_figures():
         (MEGATRON_8B, {"CPU": "1"}, "CPU=1: Megatron-Core needs GPUs; run the cell with run_qwen3_0.6b_fsdp.sh"),
     ],
     ids=lambda v: v.name if isinstance(v, Path) else ",".join(map("=".join, v.items())) if isinstance(v, dict) else "",
-)  # fmt: skip
+)
 def test_bad_knob_fails_naming_the_knob(script, knobs, message, data_dir):
     env = _env(data_dir, **{"PYTHON": "false", **knobs})
     proc = _run(["bash", str(script)], env, data_dir)
@@ -395,10 +404,13 @@ def test_sweep_prints_every_cell_in_order(small_grid):
 def test_sweep_continues_after_failures_and_reports_them(tmp_path, data_dir):
     """ON_FAILURE=continue (default): a knob failing in bash and a config failing in the dry run are both reported."""
     knobs = dict(
-        DRY_RUN="1", VARIANTS="gspo", DATASETS="gsm8k dapo_math", LOSS_MODES="vanilla troll",
+        DRY_RUN="1",
+        VARIANTS="gspo",
+        DATASETS="gsm8k dapo_math",
+        LOSS_MODES="vanilla troll",
         GSPO_CLIP="wide",  # fails the vanilla cells in bash
         PPO_MAX_TOKEN_LEN_PER_GPU="2000",  # below dapo_math's 1024 + 8192 tokens: fails in the dry run
-    )  # fmt: skip
+    )
     proc = _run(["bash", str(SWEEP)], _env(data_dir, **knobs), tmp_path)
     assert proc.returncode == 1, _tail(proc)
     assert len(re.findall(r"^\[sweep\] cell \d/4: ", proc.stdout, re.M)) == 4
@@ -416,9 +428,14 @@ def test_sweep_continues_after_failures_and_reports_them(tmp_path, data_dir):
 def test_sweep_stops_at_the_first_failure_unbatched(tmp_path, data_dir):
     """ON_FAILURE=stop with DRY_RUN_BATCH=0: each cell is its own TROLL_DRY_RUN=1 process; the first failure ends it."""
     knobs = dict(
-        DRY_RUN="1", DRY_RUN_BATCH="0", ON_FAILURE="stop", VARIANTS="gspo", DATASETS="dapo_math gsm8k",
-        LOSS_MODES="troll", PPO_MAX_TOKEN_LEN_PER_GPU="2000",
-    )  # fmt: skip
+        DRY_RUN="1",
+        DRY_RUN_BATCH="0",
+        ON_FAILURE="stop",
+        VARIANTS="gspo",
+        DATASETS="dapo_math gsm8k",
+        LOSS_MODES="troll",
+        PPO_MAX_TOKEN_LEN_PER_GPU="2000",
+    )
     proc = _run(["bash", str(SWEEP)], _env(data_dir, **knobs), tmp_path)
     assert proc.returncode == 1, _tail(proc)
     assert "[sweep] cell 1/2: DATASET=dapo_math" in proc.stdout and "cell 2/2" not in proc.stdout
@@ -457,11 +474,19 @@ KNOB_VARIATIONS = {
     "fsdp-sp2-no-offload": (FSDP_8B, dict(VARIANT="ppo", SP_SIZE="2", OFFLOAD="0", NNODES="2", ROLLOUT_TP="4")),
     "megatron-tp4-pp2-vpp2-cp2": (
         MEGATRON_8B,
-        dict(VARIANT="ppo", NNODES="2", ACTOR_TP="4", ACTOR_PP="2", ACTOR_VPP="2", ACTOR_CP="2", OFFLOAD="1",
-             MCORE_MODEL_PATH="/ckpt/qwen3_8b_mcore"),
+        dict(
+            VARIANT="ppo",
+            NNODES="2",
+            ACTOR_TP="4",
+            ACTOR_PP="2",
+            ACTOR_VPP="2",
+            ACTOR_CP="2",
+            OFFLOAD="1",
+            MCORE_MODEL_PATH="/ckpt/qwen3_8b_mcore",
+        ),
     ),
     "megatron-tp3-invalid": (MEGATRON_8B, dict(ACTOR_TP="3")),
-}  # fmt: skip
+}
 
 
 @pytest.fixture(scope="module")
@@ -574,14 +599,28 @@ def test_direct_dry_run_with_passthrough_overrides(tmp_path, data_dir):
 CPU_SUMMARY = dict(
     # a dry run names the model; a run builds it (troll_verl.assets.smollm2)
     model="HuggingFaceTB/SmolLM2-135M-Instruct",
-    strategy="fsdp2", rollout="vllm", rollout_tp=1, n_gpus=1, nnodes=1, param_offload=False, optimizer_offload=False,
-    train_batch_size=4, rollout_n=4, ppo_mini_batch_size=2, max_prompt_length=256, max_response_length=128,
-    total_training_steps=10, test_freq=5, save_freq=-1, warnings=[],
+    strategy="fsdp2",
+    rollout="vllm",
+    rollout_tp=1,
+    n_gpus=1,
+    nnodes=1,
+    param_offload=False,
+    optimizer_offload=False,
+    train_batch_size=4,
+    rollout_n=4,
+    ppo_mini_batch_size=2,
+    max_prompt_length=256,
+    max_response_length=128,
+    total_training_steps=10,
+    test_freq=5,
+    save_freq=-1,
+    warnings=[],
     # paper.yaml's settings stay
-    use_dynamic_bsz=True, lr=PAPER["actor_rollout_ref"]["actor"]["optim"]["lr"],
+    use_dynamic_bsz=True,
+    lr=PAPER["actor_rollout_ref"]["actor"]["optim"]["lr"],
     temperature=PAPER["actor_rollout_ref"]["rollout"]["temperature"],
     reward_function="{path}:{name}".format(**PAPER["reward"]["custom_reward_function"]),
-)  # fmt: skip
+)
 
 
 @pytest.fixture(scope="module")
@@ -592,8 +631,14 @@ def cpu_cells(workdir, data_dir) -> tuple[subprocess.CompletedProcess, dict[str,
     records.mkdir()
     for script, dataset in ((SMALL, "gsm8k"), (FSDP_8B, "eurus_code")):
         for variant, loss_mode in itertools.product(VARIANTS, LOSS_MODES):
-            knobs = dict(CPU="1", DRY_RUN="1", DATASET=dataset, VARIANT=variant, LOSS_MODE=loss_mode,
-                         EXPERIMENT=f"{script.stem}-{dataset}-{variant}-{loss_mode}")  # fmt: skip
+            knobs = dict(
+                CPU="1",
+                DRY_RUN="1",
+                DATASET=dataset,
+                VARIANT=variant,
+                LOSS_MODE=loss_mode,
+                EXPERIMENT=f"{script.stem}-{dataset}-{variant}-{loss_mode}",
+            )
             env = _env(data_dir, DRY_RUN_RECORD=str(records / f"{knobs['EXPERIMENT']}.cmd"), **knobs)
             proc = _run(["bash", str(script)], env, workdir)
             assert proc.returncode == 0, _tail(proc)
@@ -620,9 +665,13 @@ def test_cpu_mode_carries_the_cpu_platforms_overrides(tmp_path, data_dir):
     start = len(argv) - 1 - argv[::-1].index("actor_rollout_ref.actor.strategy=fsdp2")
     cpu_part = argv[start:-1]
     assert not set(CPU_ENGINE_OVERRIDES + CPU_VLLM_OVERRIDES) - set(cpu_part)
-    overridden = ["actor_rollout_ref.actor.fsdp_config.param_offload", "trainer.n_gpus_per_node",
-                  "actor_rollout_ref.rollout.tensor_model_parallel_size", "critic.fsdp.param_offload",
-                  "critic.fsdp.ulysses_sequence_parallel_size"]  # fmt: skip
+    overridden = [
+        "actor_rollout_ref.actor.fsdp_config.param_offload",
+        "trainer.n_gpus_per_node",
+        "actor_rollout_ref.rollout.tensor_model_parallel_size",
+        "critic.fsdp.param_offload",
+        "critic.fsdp.ulysses_sequence_parallel_size",
+    ]
     for key in overridden:
         last = [a for a in argv if a.split("=", 1)[0] == key][-1]
         assert last in cpu_part, (key, last)  # the script set it too; the CPU mode's value comes later
@@ -646,9 +695,14 @@ def test_cpu_cell(cpu_cells, script, variant, loss_mode):
     _, summaries, _ = cpu_cells
     dataset = "gsm8k" if script == SMALL else "eurus_code"
     summary = summaries[f"{script.stem}-{dataset}-{variant}-{loss_mode}"]
-    expected = dict(CPU_SUMMARY, variant=variant, adv_estimator="gae" if variant == "ppo" else "grpo",
-                    loss_agg_mode=AGG_MODE[variant], critic="fsdp2" if variant == "ppo" else None,
-                    ppo_max_token_len_per_gpu=SCRIPT_SETTINGS[script]["budget"] * (256 + 128))  # fmt: skip
+    expected = dict(
+        CPU_SUMMARY,
+        variant=variant,
+        adv_estimator="gae" if variant == "ppo" else "grpo",
+        loss_agg_mode=AGG_MODE[variant],
+        critic="fsdp2" if variant == "ppo" else None,
+        ppo_max_token_len_per_gpu=SCRIPT_SETTINGS[script]["budget"] * (256 + 128),
+    )
     if loss_mode == "troll":
         expected.update(loss_mode="troll", ratio_level="sequence" if variant == "gspo" else "token")
     else:

@@ -366,8 +366,9 @@ def test_code_many_open_descriptors():
     try:
         while not fds or fds[-1] < 1100:
             fds.append(os.open(os.devnull, os.O_RDONLY))
-        result = compute_score("eurus2_code", _block("a, b = map(int, input().split())\nprint(a + b)\n"),
-                               STDIN_TESTS, **FAST)  # fmt: skip
+        result = compute_score(
+            "eurus2_code", _block("a, b = map(int, input().split())\nprint(a + b)\n"), STDIN_TESTS, **FAST
+        )
     finally:
         for fd in fds:
             os.close(fd)
@@ -407,9 +408,12 @@ class _FakeSandbox(BaseHTTPRequestHandler):
         limits = [str(body["run_timeout"]), str(body["memory_limit_MB"])]
         try:
             proc = subprocess.run(
-                [sys.executable, "-c", _FAKE_RUNNER, *limits, body["code"]], input=body["stdin"] or "",
-                capture_output=True, text=True, timeout=body["run_timeout"] + SLACK_S,
-            )  # fmt: skip
+                [sys.executable, "-c", _FAKE_RUNNER, *limits, body["code"]],
+                input=body["stdin"] or "",
+                capture_output=True,
+                text=True,
+                timeout=body["run_timeout"] + SLACK_S,
+            )
             timed_out = proc.returncode == -signal.SIGALRM
         except subprocess.TimeoutExpired:
             proc, timed_out = None, True
@@ -478,12 +482,24 @@ APPS_CALL_TESTS = {"fn_name": "vowels", "inputs": [["hello"], ["sky"]], "outputs
     [
         ("apps_outputs", "def vowels(s):\n    return sum(c in 'aeiou' for c in s)\n", APPS_CALL_TESTS, Reason.CORRECT),
         ("apps_wrong", "def vowels(s):\n    return len(s)\n", APPS_CALL_TESTS, Reason.WRONG_ANSWER),
-        ("solution_class", "class Solution:\n    def vowels(self, s):\n        return sum(c in 'aeiou' for c in s)\n",
-         APPS_CALL_TESTS, Reason.CORRECT),
-        ("prints_swallowed", "def add(a, b):\n    print('debug', a, b)\n    return a + b\n", CALL_TESTS,
-         Reason.CORRECT),
-        ("tuple_result", "def add(a, b):\n    return tuple(a + b) if isinstance(a, list) else a + b\n", CALL_TESTS,
-         Reason.CORRECT),
+        (
+            "solution_class",
+            "class Solution:\n    def vowels(self, s):\n        return sum(c in 'aeiou' for c in s)\n",
+            APPS_CALL_TESTS,
+            Reason.CORRECT,
+        ),
+        (
+            "prints_swallowed",
+            "def add(a, b):\n    print('debug', a, b)\n    return a + b\n",
+            CALL_TESTS,
+            Reason.CORRECT,
+        ),
+        (
+            "tuple_result",
+            "def add(a, b):\n    return tuple(a + b) if isinstance(a, list) else a + b\n",
+            CALL_TESTS,
+            Reason.CORRECT,
+        ),
         ("prelude_names", "def add(a, b):\n    return reduce(operator.add, [a, b])\n", CALL_TESTS, Reason.CORRECT),
         ("missing_function", "def count(s):\n    return 0\n", APPS_CALL_TESTS, Reason.COMPILE_ERROR),
         ("raises", "def add(a, b):\n    raise KeyError(a)\n", CALL_TESTS, Reason.RUNTIME_ERROR),
@@ -491,7 +507,7 @@ APPS_CALL_TESTS = {"fn_name": "vowels", "inputs": [["hello"], ["sky"]], "outputs
         ("trailing_space", "a, b = map(int, input().split())\nprint(a + b, end=' ')\n", STDIN_TESTS, Reason.CORRECT),
         ("huge_alloc", "x = bytearray(64 * 1024**3)\n", STDIN_TESTS, Reason.MEMORY_LIMIT),
     ],
-)  # fmt: skip
+)
 def test_sandbox_fusion_judges_like_local(sandbox, name, program, tests, reason):
     """The same verdict through Sandbox Fusion as locally (verl's own client-side call wrapper fails apps_outputs)."""
     url = f"http://127.0.0.1:{sandbox.server_port}/run_code"
@@ -509,9 +525,10 @@ def test_call_harness_prelude_is_verls():
     (sol,) = [
         node.value.value
         for node in ast.walk(tree)
-        if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == ["sol"]
+        if isinstance(node, ast.Assign)
+        and [getattr(t, "id", None) for t in node.targets] == ["sol"]
         and isinstance(node.value, ast.Constant)
-    ]  # fmt: skip
+    ]
     assert code_reward.PRELUDE == sol
 
 

@@ -100,8 +100,9 @@ def test_opening_a_socket_to_loopback():
         server.listen(1)
         server.settimeout(0.5)
         port = server.getsockname()[1]
-        result = _score(f"import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=2).sendall(b'x')\n"
-                        + ANSWER)  # fmt: skip
+        result = _score(
+            f"import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=2).sendall(b'x')\n" + ANSWER
+        )
         assert (result["score"], result["reason"]) == (0.0, Reason.RUNTIME_ERROR), result
         with pytest.raises(TimeoutError):
             server.accept()  # nothing ever connected
@@ -177,10 +178,17 @@ def test_paths_kept_under_tmp_are_resolved_existing_and_outermost(tmp_path):
     (tmp_path / "outside").mkdir()
     (root / "link").symlink_to(root / "other")
     keep = sandbox.tmp_paths_to_keep(
-        [str(root / "clone"), str(root / "clone" / ".venv" / "lib"), str(root / "link"), str(root / "missing"),
-         str(tmp_path / "outside"), str(root), ""],
+        [
+            str(root / "clone"),
+            str(root / "clone" / ".venv" / "lib"),
+            str(root / "link"),
+            str(root / "missing"),
+            str(tmp_path / "outside"),
+            str(root),
+            "",
+        ],
         tmp=str(root),
-    )  # fmt: skip
+    )
     assert keep == [str(root / "clone"), str(root / "other")]
 
 

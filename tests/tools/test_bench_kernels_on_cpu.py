@@ -41,8 +41,14 @@ def smoke_run(tmp_path_factory):
     env = {**os.environ, "PYTHONPATH": f"{stubs}{os.pathsep}{ROOT}"}
     env.pop("TRITON_INTERPRET", None)
     out = tmp / "out"
-    proc = subprocess.run([sys.executable, "scripts/bench_kernels.py", "--smoke", "--out", str(out)], cwd=ROOT,
-                          env=env, capture_output=True, text=True, timeout=1200)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "scripts/bench_kernels.py", "--smoke", "--out", str(out)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
     return proc, out
 
 
@@ -93,8 +99,14 @@ def test_a_failing_stage_is_reported_and_the_run_goes_on(tmp_path, monkeypatch):
 
 
 def test_the_wrapper_refuses_a_machine_without_cuda():
-    proc = subprocess.run(["bash", "scripts/bench_kernels.sh"], cwd=ROOT, capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "PYTHON": sys.executable})  # fmt: skip
+    proc = subprocess.run(
+        ["bash", "scripts/bench_kernels.sh"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHON": sys.executable},
+    )
     assert proc.returncode == 2 and "no CUDA GPU" in proc.stderr and "--smoke" in proc.stderr
 
 
@@ -140,8 +152,9 @@ def test_the_correctness_criteria_accept_the_cut_rounding_and_nothing_else():
     assert int((ref.ids[3] >= 0).sum()) == 2
     assert bench.old_topk_agreement(planted(3, drop_last), ref, window)["ok"]  # the cut's rounding: agrees
     assert not bench.old_topk_agreement(planted(0, drop_last), ref, window)["ok"]  # a cut outside the window
-    assert not bench.old_topk_agreement(planted(1, lambda r, i, lp, t: lp[r].__setitem__(0, lp[r, 0] + 1e-3)),
-                                        ref, window)["ok"]  # fmt: skip
+    assert not bench.old_topk_agreement(
+        planted(1, lambda r, i, lp, t: lp[r].__setitem__(0, lp[r, 0] + 1e-3)), ref, window
+    )["ok"]
     assert not bench.old_topk_agreement(planted(2, lambda r, i, lp, t: t.__setitem__(r, t[r] + 0.1)), ref, window)["ok"]
 
     sampled = torch.tensor([0, 1, 2, 0])

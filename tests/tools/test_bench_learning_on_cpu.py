@@ -55,11 +55,15 @@ def test_eight_updates_per_batch_on_each_model():
     from troll_verl.tools.quickstart import MODELS
 
     tiny = bl.arm_overrides("grpo8", "troll", MODELS["tiny"])  # 16 prompts x 8 samples: the schedule measured before
-    assert tiny[-2:] == ["actor_rollout_ref.actor.ppo_mini_batch_size=2",
-                         "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16"]  # fmt: skip
+    assert tiny[-2:] == [
+        "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16",
+    ]
     smollm2 = bl.arm_overrides("grpo8", "clip", MODELS["smollm2"])  # 8 prompts x 4 samples
-    assert smollm2[-2:] == ["actor_rollout_ref.actor.ppo_mini_batch_size=1",
-                            "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4"]  # fmt: skip
+    assert smollm2[-2:] == [
+        "actor_rollout_ref.actor.ppo_mini_batch_size=1",
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
+    ]
     assert bl.arm_overrides("grpo", "troll", MODELS["smollm2"]) == bl.VARIANTS["grpo"]["troll"]
     with pytest.raises(ValueError, match="do not split into 3"):
         bl.updates_overrides(3, MODELS["tiny"])
@@ -111,10 +115,12 @@ def test_stress_arms_set_the_learning_rate_the_clip_range_and_the_schedule():
     assert "actor_rollout_ref.actor.clip_ratio_high=0.28" in bl.VARIANTS["lr1e-4_loose"]["clip"]
     assert "actor_rollout_ref.actor.policy_loss.kl_bound=0.02" in bl.VARIANTS["lr1e-4_tight"]["troll"]
     gspo_clip = bl.arm_overrides("gspo8", "clip", MODELS["smollm2"])
-    assert {"actor_rollout_ref.actor.policy_loss.loss_mode=gspo", "actor_rollout_ref.actor.clip_ratio_low=0.0003",
-            "actor_rollout_ref.actor.clip_ratio_high=0.0004", "actor_rollout_ref.actor.ppo_mini_batch_size=1"} <= set(
-        gspo_clip
-    )  # fmt: skip
+    assert {
+        "actor_rollout_ref.actor.policy_loss.loss_mode=gspo",
+        "actor_rollout_ref.actor.clip_ratio_low=0.0003",
+        "actor_rollout_ref.actor.clip_ratio_high=0.0004",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=1",
+    } <= set(gspo_clip)
     assert "actor_rollout_ref.actor.policy_loss.ratio_level=sequence" in bl.VARIANTS["gspo8"]["troll"]
     assert bl.BASELINE["lr1e-4_upper"] == "lr1e-4" and set(bl.VARIANTS["lr1e-4_upper"]) == {"troll"}
     assert "actor_rollout_ref.actor.policy_loss.old_estimate=upper" in bl.VARIANTS["gspo8_upper"]["troll"]
@@ -154,12 +160,17 @@ def test_paired_intervals():
 def test_report_only_regenerates_the_stress_tables_from_raw_results(tmp_path, capsys):
     import json
 
-    curves = {"troll": [[0.1, 0.3, 0.5, 0.6], [0.2, 0.4, 0.6, 0.7], [0.1, 0.5, 0.6, 0.6]],
-              "clip": [[0.1, 0.2, 0.1, 0.0], [0.2, 0.3, 0.4, 0.5], [0.1, 0.0, 0.0, 0.0]]}  # fmt: skip
+    curves = {
+        "troll": [[0.1, 0.3, 0.5, 0.6], [0.2, 0.4, 0.6, 0.7], [0.1, 0.5, 0.6, 0.6]],
+        "clip": [[0.1, 0.2, 0.1, 0.0], [0.2, 0.3, 0.4, 0.5], [0.1, 0.0, 0.0, 0.0]],
+    }
     for loss, per_seed in curves.items():
         for seed, rewards in enumerate(per_seed):
-            rows = _stress_rows(rewards, length=2.0 if loss == "clip" and seed != 1 else 9.0,
-                                **({"projected": 0.2} if loss == "troll" else {"clipped": 0.05}))  # fmt: skip
+            rows = _stress_rows(
+                rewards,
+                length=2.0 if loss == "clip" and seed != 1 else 9.0,
+                **({"projected": 0.2} if loss == "troll" else {"clipped": 0.05}),
+            )
             rows = [{**r, "unrelated/key": 1.0} for r in rows]
             path = bl.save_raw(str(tmp_path), f"lr1e-4/{loss}/seed{seed}", rows, {"worker_peak_rss_gb": 5.0})
     saved = [json.loads(line) for line in open(path)]
@@ -167,8 +178,25 @@ def test_report_only_regenerates_the_stress_tables_from_raw_results(tmp_path, ca
     # a run with fewer steps than asked for is not a finished run
     bl.save_raw(str(tmp_path), "lr1e-4_upper/troll/seed0", _stress_rows([0.1, 0.2]), {})
     png = tmp_path / "map.png"
-    argv = ["--report-only", "--model", "smollm2", "--results-dir", str(tmp_path), "--variants", "lr1e-4",
-            "lr1e-4_upper", "--seeds", "0", "1", "2", "--steps", "4", "--stress", "--plot", str(png)]  # fmt: skip
+    argv = [
+        "--report-only",
+        "--model",
+        "smollm2",
+        "--results-dir",
+        str(tmp_path),
+        "--variants",
+        "lr1e-4",
+        "lr1e-4_upper",
+        "--seeds",
+        "0",
+        "1",
+        "2",
+        "--steps",
+        "4",
+        "--stress",
+        "--plot",
+        str(png),
+    ]
     assert bl.main(argv) == 0
     out = capsys.readouterr().out
     assert "not in" in out and "lr1e-4_upper/troll/seed0" in out
@@ -237,8 +265,9 @@ def test_the_task_option_and_the_validation_interval_reach_the_runs(tmp_path):
     with pytest.raises(ValueError, match="tiny model has its own task"):
         cpu_model("tiny", 20)
     args = bl.build_parser().parse_args(["--model", "smollm2", "--task-hi", "20", "--test-freq", "10", "--steps", "30"])
-    overrides = bl._run_overrides(model, SimpleNamespace(train_file="t", val_file="v", model_dir="m"), args,
-                                  "paper8", "dppo", 3)  # fmt: skip
+    overrides = bl._run_overrides(
+        model, SimpleNamespace(train_file="t", val_file="v", model_dir="m"), args, "paper8", "dppo", 3
+    )
     assert {
         "trainer.test_freq=10",
         "trainer.total_training_steps=30",
@@ -286,11 +315,11 @@ def test_the_half_peak_collapse_rule():
 def test_the_study_report_regenerates_from_raw_results(tmp_path, capsys, monkeypatch):
     """A stage of three seeds and a GSPO stage of three from synthetic raw results: the rows, the pairs, the readings;
     and an incomplete stage is not summarised at all (the plan: no interim look)."""
-    stages = [bl.Stage("1", "main", "paper8", ("troll", "clip"), range(3), 30, [("troll", "clip")], "reward_mean", 10),
-              bl.Stage("3", "gspo", "paper8_gspo", ("troll", "clip"), range(3), 30, [("troll", "clip")], "collapses",
-                       10),
-              bl.Stage("4", "late", "lr1e-4", ("troll", "clip"), range(5, 8), 10, [("troll", "clip")], "reward_mean",
-                       4)]  # fmt: skip
+    stages = [
+        bl.Stage("1", "main", "paper8", ("troll", "clip"), range(3), 30, [("troll", "clip")], "reward_mean", 10),
+        bl.Stage("3", "gspo", "paper8_gspo", ("troll", "clip"), range(3), 30, [("troll", "clip")], "collapses", 10),
+        bl.Stage("4", "late", "lr1e-4", ("troll", "clip"), range(5, 8), 10, [("troll", "clip")], "reward_mean", 4),
+    ]
     monkeypatch.setattr(bl, "STUDY", stages)
     for seed in range(3):
         up = [0.1 + 0.02 * i for i in range(30)]
@@ -356,8 +385,19 @@ def test_stage_4_confirms_the_maps_signal_only_when_the_interval_favours_troll(t
     result (clip ahead, or an interval across 0) withdraws it; its reading names lr 1e-4, not the paper's schedule."""
     stage = bl.STUDY[3]
     assert stage.variant == "lr1e-4" and stage.confirms and stage.seeds == list(range(5, 19))
-    small = bl.Stage("4", "late", "lr1e-4", ("troll", "clip"), range(5, 8), 10, [("troll", "clip")], "reward_mean", 4,
-                     setting=stage.setting, confirms=stage.confirms)  # fmt: skip
+    small = bl.Stage(
+        "4",
+        "late",
+        "lr1e-4",
+        ("troll", "clip"),
+        range(5, 8),
+        10,
+        [("troll", "clip")],
+        "reward_mean",
+        4,
+        setting=stage.setting,
+        confirms=stage.confirms,
+    )
     monkeypatch.setattr(bl, "STUDY", [small])
 
     def report(gaps):

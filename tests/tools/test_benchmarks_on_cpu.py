@@ -39,8 +39,9 @@ SMOKE_TESTS = {
 
 
 def _run(*args, timeout=600, **env):
-    proc = subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, **env})  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout, env={**os.environ, **env}
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc.stdout
 
@@ -78,13 +79,42 @@ def test_bench_loss_at_a_tiny_size(tmp_path):
 
 def test_bench_learning_arms_compose_and_the_report_regenerates(tmp_path):
     # one arm of every kind through TROLL's dry run (verl's config path, nothing started)
-    out = _run("scripts/bench_learning.py", "--model", "tiny", "--variants", "grpo", "gspo8", "lr1e-4_tight",
-               "lr1e-4_upper", "async1", "bypass", "--seeds", "0", "--steps", "1", "--dry-run",
-               "--cache-dir", str(tmp_path / "cache"))  # fmt: skip
+    out = _run(
+        "scripts/bench_learning.py",
+        "--model",
+        "tiny",
+        "--variants",
+        "grpo",
+        "gspo8",
+        "lr1e-4_tight",
+        "lr1e-4_upper",
+        "async1",
+        "bypass",
+        "--seeds",
+        "0",
+        "--steps",
+        "1",
+        "--dry-run",
+        "--cache-dir",
+        str(tmp_path / "cache"),
+    )
     assert "10 of 10 commands checked: 10 OK, 0 failed" in out
     # the committed stress-map results regenerate their tables (the runs themselves are benchmarks, not tests)
-    out = _run("scripts/bench_learning.py", "--model", "smollm2", "--report-only", "--stress", "--variants", "lr1e-4",
-               "--seeds", "0", "--steps", "10", "--results-dir", "benchmarks/results/stress_map")  # fmt: skip
+    out = _run(
+        "scripts/bench_learning.py",
+        "--model",
+        "smollm2",
+        "--report-only",
+        "--stress",
+        "--variants",
+        "lr1e-4",
+        "--seeds",
+        "0",
+        "--steps",
+        "10",
+        "--results-dir",
+        "benchmarks/results/stress_map",
+    )
     assert "| lr1e-4 | troll | 1 |" in out and "| lr1e-4 | clip | 1 |" in out
 
 

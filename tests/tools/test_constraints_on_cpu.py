@@ -52,8 +52,12 @@ def test_the_file_round_trips_and_the_check_command_passes_here(tmp_path):
     assert constraints.read(path) == {"foo-bar": "1.0", "baz": "2.0+cpu"}
     assert not any(name in constraints.read() for name in constraints.UNPINNED)
     # the command line: --check on this environment passes, and says so
-    proc = subprocess.run([sys.executable, os.path.join(REPO, "scripts", "constraints.py"), "--check"],
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, os.path.join(REPO, "scripts", "constraints.py"), "--check"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0 and "matches scripts/constraints-cpu.txt" in proc.stdout, proc.stderr
 
 

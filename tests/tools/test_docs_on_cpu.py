@@ -49,8 +49,16 @@ ROOT = Path(__file__).resolve().parents[2]
 PAGES = sorted([ROOT / "README.md", *(ROOT / "docs").glob("*.md"), ROOT / "recipe" / "troll" / "README.md"])
 # the scripts the docs quote; bench_rollout.py was removed (benchmarks.md keeps its command as history, naming the
 # commit to check out)
-SCRIPTS = ("bench_learning", "bench_loss", "bench_sparsity", "bench_rollout_topk", "bench_task", "gpu_check",
-           "plot_runs", "install_vllm_cpu")  # fmt: skip
+SCRIPTS = (
+    "bench_learning",
+    "bench_loss",
+    "bench_sparsity",
+    "bench_rollout_topk",
+    "bench_task",
+    "gpu_check",
+    "plot_runs",
+    "install_vllm_cpu",
+)
 REMOVED_SCRIPTS = {"bench_rollout"}
 
 _FENCE = re.compile(r"^```.*?^```", re.M | re.S)
@@ -75,8 +83,16 @@ def _code_snippets(text: str) -> list[str]:
 
 def test_the_pages_exist():
     names = {_page_id(p) for p in PAGES}
-    for page in ("README.md", "docs/troll.md", "docs/benchmarks.md", "docs/cpu.md", "docs/bypass.md", "docs/async.md",
-                 "docs/design.md", "recipe/troll/README.md"):  # fmt: skip
+    for page in (
+        "README.md",
+        "docs/troll.md",
+        "docs/benchmarks.md",
+        "docs/cpu.md",
+        "docs/bypass.md",
+        "docs/async.md",
+        "docs/design.md",
+        "recipe/troll/README.md",
+    ):
         assert page in names, page
 
 
@@ -440,10 +456,15 @@ def test_the_module_table_names_every_module():
     ends in ``/``), so a new module cannot go undocumented."""
     text = _text(ROOT / "docs" / "design.md")
     table = text[text.index("Module by module:") : text.index("## Extending")]
-    named = [path for line in table.splitlines() if line.startswith("| `")
-             for path in re.findall(r"`([^`]+)`", line.split("|")[1])]  # fmt: skip
-    modules = sorted(str(path.relative_to(ROOT)) for path in (ROOT / "troll_verl").rglob("*.py")
-                     if path.name != "__init__.py")  # fmt: skip
+    named = [
+        path
+        for line in table.splitlines()
+        if line.startswith("| `")
+        for path in re.findall(r"`([^`]+)`", line.split("|")[1])
+    ]
+    modules = sorted(
+        str(path.relative_to(ROOT)) for path in (ROOT / "troll_verl").rglob("*.py") if path.name != "__init__.py"
+    )
     assert len(modules) > 50, modules
     missing = [m for m in modules if not any(m == p or (p.endswith("/") and m.startswith(p)) for p in named)]
     assert not missing, f"docs/design.md's module table does not name: {missing}"

@@ -65,8 +65,17 @@ def test_infer_variant(args, variant):
     assert dr._infer_variant(*args) == variant
 
 
-def _startup(n_gpus=8, rollout_tp=2, engine=None, batch=256, mini=32, budget=4096, longest=(1024, 2048),
-             critic=None, per_node=None):  # fmt: skip
+def _startup(
+    n_gpus=8,
+    rollout_tp=2,
+    engine=None,
+    batch=256,
+    mini=32,
+    budget=4096,
+    longest=(1024, 2048),
+    critic=None,
+    per_node=None,
+):
     """check_startup's inputs with stand-ins for the dataclasses (only the fields it reads)."""
     config = OmegaConf.create(
         {
@@ -80,9 +89,11 @@ def _startup(n_gpus=8, rollout_tp=2, engine=None, batch=256, mini=32, budget=409
     )
     actor = SimpleNamespace(engine=engine or FSDPEngineConfig(), ppo_mini_batch_size=mini)
     rollout = SimpleNamespace(
-        tensor_model_parallel_size=rollout_tp, data_parallel_size=1, pipeline_model_parallel_size=1,
+        tensor_model_parallel_size=rollout_tp,
+        data_parallel_size=1,
+        pipeline_model_parallel_size=1,
         n_gpus_per_node=per_node or n_gpus,
-    )  # fmt: skip
+    )
     return verl_startup_checks.check_startup(config, actor, rollout, use_ref=False, critic=critic)
 
 
@@ -164,8 +175,13 @@ def test_the_token_budget_check_refuses_exactly_what_verls_batching_refuses(sp):
 
     prompt, response = 24, 40
     longest = prompt + response
-    batch = TensorDict({"input_ids": torch.ones(4, longest, dtype=torch.long),
-                        "attention_mask": torch.ones(4, longest, dtype=torch.long)}, batch_size=[4])  # fmt: skip
+    batch = TensorDict(
+        {
+            "input_ids": torch.ones(4, longest, dtype=torch.long),
+            "attention_mask": torch.ones(4, longest, dtype=torch.long),
+        },
+        batch_size=[4],
+    )
     engine = FSDPEngineConfig(ulysses_sequence_parallel_size=sp)
     verdicts = []
     for budget in (-(-longest // sp), -(-longest // sp) - 1):
@@ -213,10 +229,13 @@ def test_the_replica_check_refuses_exactly_what_verls_replica_refuses(rollout_tp
 # trainer modes: the whole dry run (compose, prepare, dataclasses, start-up checks) per TROLL trainer mode
 # ------------------------------------------------------------------------------------------------------------
 SEPARATE_ASYNC = [
-    "trainer.v1.trainer_mode=troll_separate_async", "actor_rollout_ref.rollout.nnodes=1",
-    "actor_rollout_ref.rollout.n_gpus_per_node=2", "actor_rollout_ref.rollout.checkpoint_engine.backend=nccl",
-    "trainer.v1.separate_async.parameter_sync_step=2", "data.train_batch_size=8",
-]  # fmt: skip
+    "trainer.v1.trainer_mode=troll_separate_async",
+    "actor_rollout_ref.rollout.nnodes=1",
+    "actor_rollout_ref.rollout.n_gpus_per_node=2",
+    "actor_rollout_ref.rollout.checkpoint_engine.backend=nccl",
+    "trainer.v1.separate_async.parameter_sync_step=2",
+    "data.train_batch_size=8",
+]
 
 
 @pytest.fixture

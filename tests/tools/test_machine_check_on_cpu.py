@@ -38,8 +38,13 @@ def test_each_shortfall_is_named_with_its_fix():
 
 
 def _check_python(python: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", "-c", f'source scripts/_venv.sh; check_python "{python}"; echo ok'],
-                          cwd=REPO, capture_output=True, text=True, timeout=60)  # fmt: skip
+    return subprocess.run(
+        ["bash", "-c", f'source scripts/_venv.sh; check_python "{python}"; echo ok'],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 @pytest.mark.parametrize("version,fits", [("3.9", False), ("3.10", True), ("3.12", True), ("3.13", False)])

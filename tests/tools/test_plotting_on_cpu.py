@@ -203,8 +203,10 @@ def test_jsonl_tolerates_a_partial_last_line_and_rejects_garbage(tmp_path):
     assert [r["step"] for r in read_metrics(str(garbage))] == [0, 1]
     # a resumed run logs some steps twice: one row per step, the later values win
     resumed = tmp_path / "resumed.jsonl"
-    resumed.write_text('{"step": 1, "data": {"a": 1.0, "b": 2.0}}\n{"step": 2, "data": {"a": 3.0}}\n'
-                       '{"step": 1, "data": {"a": 5.0}}\n{"step": 0, "data": {"v": null}}\n')  # fmt: skip
+    resumed.write_text(
+        '{"step": 1, "data": {"a": 1.0, "b": 2.0}}\n{"step": 2, "data": {"a": 3.0}}\n'
+        '{"step": 1, "data": {"a": 5.0}}\n{"step": 0, "data": {"v": null}}\n'
+    )
     rows = read_jsonl(str(resumed))
     assert [r["step"] for r in rows] == [0, 1, 2] and rows[1] == {"step": 1, "a": 5.0, "b": 2.0}
     assert math.isnan(rows[0]["v"])  # orjson writes NaN as null
@@ -281,8 +283,18 @@ def test_cli_renders_troll_vs_clip(tmp_path, capsys):
     out = tmp_path / "plots"
     cli = _load_cli()
     with _recording_figures() as drawn:
-        code = cli.main([f"TROLL={_fixture('grpo_troll_seed0', 'log')}", str(run_dir), "--out-dir", str(out),
-                         "--smooth", "3", "--title", "GRPO seed 0"])  # fmt: skip
+        code = cli.main(
+            [
+                f"TROLL={_fixture('grpo_troll_seed0', 'log')}",
+                str(run_dir),
+                "--out-dir",
+                str(out),
+                "--smooth",
+                "3",
+                "--title",
+                "GRPO seed 0",
+            ]
+        )
     printed = capsys.readouterr().out
     assert code == 0, printed
     panels = ["reward", "val", "entropy", "kl", "eta", "constrained"]
@@ -291,8 +303,10 @@ def test_cli_renders_troll_vs_clip(tmp_path, capsys):
         _assert_png(str(out / f"{name}.png"))
     # what each panel draws is each run's data: every series of every run, step by step, smoothed where the panel
     # smooths, and each run in its own colour
-    rows = {"TROLL": read_jsonl(_fixture("grpo_troll_seed0", "jsonl")),
-            "clip_run": read_jsonl(_fixture("grpo_clip_seed0", "jsonl"))}  # fmt: skip
+    rows = {
+        "TROLL": read_jsonl(_fixture("grpo_troll_seed0", "jsonl")),
+        "clip_run": read_jsonl(_fixture("grpo_clip_seed0", "jsonl")),
+    }
     for fig, name in zip(drawn, panels, strict=False):
         panel = PANELS[name]
         lines = {line.get_label(): line for line in fig.axes[0].lines if not line.get_label().startswith("_")}
@@ -346,8 +360,10 @@ def test_write_plots_and_quickstart_api(tmp_path):
     for name in ("REWARD_KEY", "VAL_KEY", "read_metrics", "run_trainer", "tiny_cpu_overrides", "plot_runs"):
         assert hasattr(quickstart, name), name
     assert quickstart.read_metrics is metrics_io.read_metrics and quickstart.plot_runs is plotting.plot_runs
-    runs = {"TROLL": read_metrics(_fixture("grpo_troll_seed0", "jsonl")),
-            "clip (vanilla)": read_metrics(_fixture("grpo_clip_seed0", "jsonl"))}  # fmt: skip
+    runs = {
+        "TROLL": read_metrics(_fixture("grpo_troll_seed0", "jsonl")),
+        "clip (vanilla)": read_metrics(_fixture("grpo_clip_seed0", "jsonl")),
+    }
     path = quickstart.plot_runs(runs, str(tmp_path / "curves.png"), title="GRPO on the built-in addition task")
     assert path == str(tmp_path / "curves.png")
     _assert_png(path)

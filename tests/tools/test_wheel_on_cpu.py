@@ -124,8 +124,11 @@ def _fresh_env(root: Path) -> tuple[Path, Path]:
     """A venv without pip that sees this venv's packages, minus troll-verl; returns (its python, its site-packages)."""
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True)
     python = root / "bin" / "python"
-    site = Path(subprocess.check_output([python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-                                        text=True).strip())  # fmt: skip
+    site = Path(
+        subprocess.check_output(
+            [python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"], text=True
+        ).strip()
+    )
     main_site = Path(sysconfig.get_path("purelib"))
     links = root / "main-site-packages"
     links.mkdir()
@@ -141,8 +144,20 @@ def _fresh_env(root: Path) -> tuple[Path, Path]:
 def _pip_install(site: Path, *args: str) -> None:
     """This venv's pip installs into another environment's site-packages: no index, no deps, no pip configuration."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
-    cmd = [sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-index", "--no-deps",
-           "--no-compile", "--target", str(site), *args]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "install",
+        "-q",
+        "--disable-pip-version-check",
+        "--no-index",
+        "--no-deps",
+        "--no-compile",
+        "--target",
+        str(site),
+        *args,
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, env={**env, "PIP_CONFIG_FILE": os.devnull})
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
 

@@ -60,8 +60,17 @@ def test_the_generated_core_has_no_ablation_switch():
     """D drops the bisection solver, tail=renormalize and the old_estimate variants with their code paths."""
     core = {s: _generated(s) for s in (*make_patches.MODULES_D, *make_patches.MODULES_E)}
     text = "\n".join(core.values())
-    for gone in ("_solve_bisection", "SOLVERS", "renormalize", "OLD_ESTIMATES", "check_old_estimate", '"upper"',
-                 "proportional", "solver=", "old_estimate"):  # fmt: skip
+    for gone in (
+        "_solve_bisection",
+        "SOLVERS",
+        "renormalize",
+        "OLD_ESTIMATES",
+        "check_old_estimate",
+        '"upper"',
+        "proportional",
+        "solver=",
+        "old_estimate",
+    ):
         assert gone not in text, gone
     projection = core["troll_verl/core/projection.py"]
     assert "def forward(ctx, new, old, mask, kl_bound, max_iter, tol, eta_max):" in projection
@@ -84,8 +93,16 @@ def test_troll_config_keeps_four_keys_and_turns_the_rest_into_constants():
 
     assert [f.name for f in fields(cls) if f.name != "_target_"] == list(make_patches.EXPOSED)
     package = TrollConfig()
-    for name in ("mass_delta", "floor", "seq_log_ratio_cap", "solver_max_iter", "solver_tol", "eta_max", "chunk_size",
-                 "old_value_dtype"):  # fmt: skip
+    for name in (
+        "mass_delta",
+        "floor",
+        "seq_log_ratio_cap",
+        "solver_max_iter",
+        "solver_tol",
+        "eta_max",
+        "chunk_size",
+        "old_value_dtype",
+    ):
         assert getattr(cls, name) == getattr(package, name), name  # the package's defaults, as constants
     for name in make_patches.ABLATIONS:
         assert not hasattr(cls, name)
@@ -162,14 +179,18 @@ def test_every_pr_has_its_folder_and_a_valid_description():
 # verl_checks: each rule catches what it is for
 # ------------------------------------------------------------------------------------------------------------
 def _git(tree: Path, *args: str) -> None:
-    subprocess.run(["git", "-C", str(tree), *args], check=True, capture_output=True, env={**os.environ,
-                   **make_patches.GIT_ENV})  # fmt: skip
+    subprocess.run(
+        ["git", "-C", str(tree), *args], check=True, capture_output=True, env={**os.environ, **make_patches.GIT_ENV}
+    )
 
 
 def _tree(tmp_path: Path, files: dict[str, str]) -> tuple[Path, str]:
     tree = tmp_path / "verl-tree"
-    for rel, text in {"verl/__init__.py": LICENSE, "verl/trainer/__init__.py": LICENSE,
-                      "verl/trainer/config/actor/actor.yaml": "# a key\nkey: 1\n"}.items():  # fmt: skip
+    for rel, text in {
+        "verl/__init__.py": LICENSE,
+        "verl/trainer/__init__.py": LICENSE,
+        "verl/trainer/config/actor/actor.yaml": "# a key\nkey: 1\n",
+    }.items():
         (tree / rel).parent.mkdir(parents=True, exist_ok=True)
         (tree / rel).write_text(text)
     _git(tree, "init", "-q")
@@ -184,13 +205,16 @@ def _tree(tmp_path: Path, files: dict[str, str]) -> tuple[Path, str]:
 
 
 def test_a_clean_change_passes(tmp_path):
-    tree, base = _tree(tmp_path, {
-        "verl/trainer/x.py": LICENSE + '"""Module."""\n\n\ndef f():\n    """Doc."""\n',
-        "tests/trainer/test_x_on_cpu.py": LICENSE + "def test_x():\n    pass\n",
-        "docs/algo/x.md": "# X\n\nLast updated: 11/24/2026.\n",
-        "examples/x_trainer/run_qwen3_8b_fsdp.sh": "#!/usr/bin/env bash\n",
-        "verl/trainer/config/actor/actor.yaml": "# a key\nkey: 1\n\n# another\nother: 2\n",
-    })  # fmt: skip
+    tree, base = _tree(
+        tmp_path,
+        {
+            "verl/trainer/x.py": LICENSE + '"""Module."""\n\n\ndef f():\n    """Doc."""\n',
+            "tests/trainer/test_x_on_cpu.py": LICENSE + "def test_x():\n    pass\n",
+            "docs/algo/x.md": "# X\n\nLast updated: 11/24/2026.\n",
+            "examples/x_trainer/run_qwen3_8b_fsdp.sh": "#!/usr/bin/env bash\n",
+            "verl/trainer/config/actor/actor.yaml": "# a key\nkey: 1\n\n# another\nother: 2\n",
+        },
+    )
     assert verl_checks.main([str(tree), base]) == 0
 
 
@@ -339,8 +363,14 @@ def test_upstream_check_passes():
 
     tag = new_run_tag()
     with Watchdog(tag):
-        result = subprocess.run(["bash", str(ROOT / "upstream/check.sh")], cwd=ROOT, capture_output=True, text=True,
-                                env={**os.environ, **run_env(tag)}, timeout=2600)  # fmt: skip
+        result = subprocess.run(
+            ["bash", str(ROOT / "upstream/check.sh")],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            env={**os.environ, **run_env(tag)},
+            timeout=2600,
+        )
     summary = result.stdout[result.stdout.rfind("== [upstream] summary") :]
     failures = [line for line in result.stdout.splitlines() if line.startswith(("FAILED ", "ERROR ", "E   "))]
     report = "\n".join(failures[:40]) + "\n" + result.stderr[-3000:] + "\n" + summary
