@@ -113,7 +113,6 @@ def test_separate_async_old_topk_comes_from_pi_old(ray_cpu, tmp_path, monkeypatc
     monkeypatch.setattr(PPOTrainer, "_compute_old_log_prob", base_old_pass)
     trainer = object.__new__(TrollTrainerSeparateAsync)
     trainer.config = OmegaConf.create({"algorithm": {"rollout_correction": {"bypass_mode": False}}})
-    trainer.troll_enabled = True
     trainer.troll_bypass = False  # the actor's old pass (bypass mode takes the rollout's top-K: test_bypass_on_cpu.py)
     trainer.actor_rollout_wg = wg
 

@@ -148,15 +148,44 @@ def test_plain_verl_config_with_loss_mode_troll_uses_paper_defaults():
     assert validate_troll_config(cfg).kl_bound == 0.1
 
 
+@pytest.mark.parametrize("loss_mode", ["troll", "vanilla"])
+def test_the_trainers_shared_preparation(loss_mode):
+    """prepare_troll_run, what the v1 and legacy trainers do before the workers start: nothing for another loss; for
+    TROLL the validated settings, TROLL's settings class, and on a verl with the seam the old pass's top-K."""
+    import os
+
+    import verl.trainer
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    from troll_verl.integration.checks import prepare_troll_run
+    from troll_verl.integration.config import POLICY_LOSS_CONFIG_TARGET
+    from troll_verl.integration.seam import seam_available
+
+    overrides = [f"actor_rollout_ref.actor.policy_loss.loss_mode={loss_mode}"]
+    with initialize_config_dir(os.path.join(os.path.dirname(verl.trainer.__file__), "config"), version_base=None):
+        cfg = compose("ppo_trainer", overrides=overrides)
+    before = OmegaConf.to_yaml(cfg)
+    settings = prepare_troll_run(cfg)
+    if loss_mode != "troll":
+        assert settings is None and OmegaConf.to_yaml(cfg) == before
+        return
+    assert isinstance(settings, TrollPolicyLossConfig) and settings.topk == 64
+    assert cfg.actor_rollout_ref.actor.policy_loss._target_ == POLICY_LOSS_CONFIG_TARGET
+    stored = cfg.actor_rollout_ref.actor.get("calculate_old_topk", 0)
+    assert stored == (settings.topk if seam_available() else 0)
+    custom = cfg.actor_rollout_ref.rollout.get("custom") or {}
+    assert "troll_topk" not in custom  # not in bypass mode: the rollout is not asked for its top-K
+
+
 class _Batch(SimpleNamespace):
     pass
 
 
 def _trainer(troll=True, cls=TrollTrainer):
     trainer = object.__new__(cls)
-    trainer.troll_enabled = troll
     trainer.troll_bypass = False  # the actor recomputes the old distribution (bypass mode: test_bypass_on_cpu.py)
-    trainer.troll_settings = TrollPolicyLossConfig()
+    trainer.troll_settings = TrollPolicyLossConfig() if troll else None
     return trainer
 
 

@@ -30,6 +30,7 @@ __all__ = [
     "uses_troll",
     "troll_requested",
     "validate_troll_config",
+    "prepare_troll_run",
     "VERL_TRAINER_MODES",
     "TROLL_TRAINER_MODES",
     "troll_trainer_mode",
@@ -159,4 +160,36 @@ def validate_troll_config(config) -> TrollPolicyLossConfig:
         )
     if bypass_requested(config):
         check_bypass_config(config, settings)
+    return settings
+
+
+def prepare_troll_run(config) -> TrollPolicyLossConfig | None:
+    """What TROLL's trainers (v1 and legacy) do to a full verl config before the workers start, in place.
+
+    None where the run does not use TROLL. Else: validate (:func:`validate_troll_config`, refusals naming the fix),
+    select TROLL's settings class where verl's stock one is named, on a verl with the policy-loss logits seam have
+    verl's old-log-prob pass store the old top-K (``actor.calculate_old_topk``, where unset), and in bypass mode set
+    the rollout up to return its top-K (:func:`troll_verl.bypass.mode.prepare_bypass`).
+
+    Returns:
+        the validated TROLL settings, or None.
+    """
+    if not uses_troll(config.actor_rollout_ref.actor.policy_loss):
+        return None
+    from omegaconf import open_dict
+
+    from troll_verl.bypass.mode import bypass_requested, prepare_bypass
+
+    from .config import use_troll_policy_loss_config
+    from .seam import seam_available
+
+    settings = validate_troll_config(config)
+    use_troll_policy_loss_config(config)
+    if seam_available() and not config.actor_rollout_ref.actor.get("calculate_old_topk", 0):
+        # verl's old-log-prob pass stores the old top-K that TROLL's update hook reads (upstream C)
+        with open_dict(config):
+            config.actor_rollout_ref.actor.calculate_old_topk = settings.topk
+    if bypass_requested(config):
+        # the rollout returns its top-K, which TROLL's actor training worker turns into the old distribution
+        prepare_bypass(config, settings)
     return settings

@@ -41,11 +41,9 @@ from verl import DataProto
 from verl.trainer.main_ppo_v0 import BaseTaskRunner
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 
-from troll_verl.bypass.mode import bypass_requested, prepare_bypass
 from troll_verl.rollout import SEEDED_AGENT_LOOP
 
-from .checks import uses_troll, validate_troll_config
-from .config import use_troll_policy_loss_config
+from .checks import prepare_troll_run
 from .ray_workers import swap_worker_classes
 
 logger = logging.getLogger(__name__)
@@ -101,14 +99,9 @@ class TrollRayPPOTrainer(RayPPOTrainer):
     """
 
     def __init__(self, config: DictConfig, *args, **kwargs):
-        self.troll_enabled = uses_troll(config.actor_rollout_ref.actor.policy_loss)
-        self.troll_settings = validate_troll_config(config) if self.troll_enabled else None
-        if self.troll_enabled:
-            use_troll_policy_loss_config(config)
-            if bypass_requested(config):
-                # the rollout returns its top-K (a column per sample), which TROLL's training worker turns into the
-                # old distribution (troll_verl.integration.workers); before the workers and replicas are built
-                prepare_bypass(config, self.troll_settings)
+        # before the workers and replicas are built; in bypass mode the rollout's top-K reaches TROLL's training
+        # worker as a column per sample
+        self.troll_settings = prepare_troll_run(config)  # None for other losses
         super().__init__(config, *args, **kwargs)
 
     def init_workers(self):

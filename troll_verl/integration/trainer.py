@@ -52,13 +52,12 @@ from verl.trainer.ppo.v1.trainer_separate_async import PPOTrainerSeparateAsync
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from verl.workers.rollout.llm_server import FullyAsyncLLMServerClient
 
-from troll_verl.bypass.mode import bypass_requested, prepare_bypass
+from troll_verl.bypass.mode import bypass_requested
 from troll_verl.bypass.vllm_topk import TopKFullyAsyncLLMServerClient
 from troll_verl.compat import rebuild_llm_client
 from troll_verl.platform.cpu import cpu_platform_requested
 
-from .checks import troll_trainer_mode, uses_troll, validate_troll_config
-from .config import use_troll_policy_loss_config
+from .checks import prepare_troll_run, troll_trainer_mode, uses_troll
 from .ray_workers import swap_worker_classes
 from .seam import seam_available
 
@@ -88,19 +87,9 @@ class TrollTrainerMixin:
     troll_base_mode: ClassVar[str]
 
     def __init__(self, config: DictConfig):
-        self.troll_enabled = uses_troll(config.actor_rollout_ref.actor.policy_loss)
-        self.troll_settings = validate_troll_config(config) if self.troll_enabled else None
-        if self.troll_enabled:
-            use_troll_policy_loss_config(config)
-        if self.troll_enabled and seam_available() and not config.actor_rollout_ref.actor.get("calculate_old_topk", 0):
-            # verl's old-log-prob pass stores the old top-K that TROLL's update hook reads (upstream C)
-            with open_dict(config):
-                config.actor_rollout_ref.actor.calculate_old_topk = self.troll_settings.topk
+        self.troll_settings = prepare_troll_run(config)  # None for other losses
         # bypass mode: the old distribution is the vLLM rollout's top-K and no old-log-prob pass runs (bypass/mode.py)
-        self.troll_bypass = self.troll_enabled and bypass_requested(config)
-        if self.troll_bypass:
-            # the rollout returns its top-K, which TROLL's actor training worker turns into the old distribution
-            prepare_bypass(config, self.troll_settings)
+        self.troll_bypass = self.troll_settings is not None and bypass_requested(config)
         # NOTE: verl keys its sync-vs-async behaviour off trainer.v1.trainer_mode; run as verl's own mode.
         with open_dict(config):
             config.trainer.v1.trainer_mode = self.troll_base_mode
