@@ -304,21 +304,19 @@ def extension_zmq_handle(extension) -> str:
 # ------------------------------------------------------------------------------------------------- declarations
 # Non-tensor flags of verl's passes that TROLL's worker sets or reads on verl 0.9 (no policy-loss seam): the old pass
 # asks for the loss closure (compute_loss) and the logits hook (distillation_use_topk); the update skips verl's own
-# log-prob on the hooked logits (distillation_only); a reference pass is recognised by no_lora_adapter; verl's padding
-# samples by the is_padding tag. The test checks each is read in the file named.
+# log-prob on the hooked logits (distillation_only); a reference pass is recognised by no_lora_adapter. The test checks
+# each is read in the file named.
 PASS_FLAGS = {
     "compute_loss": "verl/workers/engine_workers.py",
     "distillation_use_topk": "verl/workers/engine/fsdp/transformer_impl.py",
     "distillation_only": "verl/workers/engine/fsdp/transformer_impl.py",
     "no_lora_adapter": "verl/workers/engine_workers.py",
-    "is_padding": "verl/trainer/ppo/v1/trainer_base.py",
 }
 
 # (module, class): private methods TROLL's subclasses override (and call through super()); no public hook exists.
 OVERRIDDEN_PRIVATE_METHODS = {
     ("verl.trainer.ppo.v1.trainer_base", "PPOTrainer"): (
         "_init_resource_pool_mgr",  # where the worker classes are chosen: TROLL's critic and π_old-saving workers
-        "_compute_old_log_prob",  # bypass mode only: the rollout's top-K written as the old fields
     ),
     ("verl.workers.engine.fsdp.transformer_impl", "FSDPEngineWithValueHead"): (
         "_build_module",  # CPU platform: the critic loads without verl's hard-coded flash_attention_2
@@ -418,6 +416,9 @@ MIRRORED_STATEMENTS = {
         "assert config.reward.reward_model.enable_resource_pool",
     ),
     "verl/workers/rollout/llm_server.py": ("num_replicas = ",),
+    # verl's synthetic padding samples carry the first sample's extra fields (the rollout's top-K in bypass mode) and
+    # a masked response, by which bypass.mode.old_fields_from_batch tells them
+    "verl/trainer/ppo/padding_utils.py": ("response_mask = torch.zeros_like(responses)",),
     # integration/legacy.py's seeded requests read the step verl's legacy trainer puts on the generation batch, and
     # its task runner re-states verl's run (to build TROLL's trainer, which verl's hard-codes)
     "verl/trainer/ppo/ray_trainer.py": ('batch.meta_info["global_steps"]',),
