@@ -16,15 +16,14 @@
 With ``algorithm.rollout_correction.bypass_mode=true`` verl's v1 trainer skips the actor's old-log-prob pass and uses
 the rollout's log-probs as ``old_log_probs`` (two policies, μ and π_θ, instead of three). TROLL then projects around
 the rollout policy μ itself: π̃/μ is the true importance weight, the KL bound holds against what generated the
-tokens, and one actor forward pass per step goes away. Everything trainer-side for this lives here:
+tokens, and one actor forward pass per step goes away. Everything of it but the vLLM server side lives here:
 
 - :func:`check_bypass_config`: the refusals, each naming the fix (called by ``validate_troll_config``);
 - :func:`prepare_bypass`: TROLL's trainer in bypass mode sets ``rollout.custom.troll_topk = K`` and
   ``engine_kwargs.vllm.max_logprobs >= K``, and installs the top-K vLLM replica as rollout ``vllm``;
 - :func:`old_fields_from_batch`: TROLL's actor training worker finds the rollout's top-K on its update's batch
   (:func:`rollout_topk`) and turns it, aligned and put through the mass rule (:func:`old_fields_from_rollout`), into
-  the old fields
-  (:mod:`troll_verl.integration.workers`).
+  the old fields (:mod:`troll_verl.integration.workers`).
 
 The rollout side (the vLLM server's top-K request, and the asynchronous trainers' client keeping the top-K across
 resumed chunks) is :mod:`troll_verl.bypass.vllm_topk`, its servers and replicas :mod:`troll_verl.bypass.vllm_replica`.
@@ -247,7 +246,7 @@ def check_bypass_seams() -> None:
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# the rollout's top-K to TROLL's old fields: the v1 trainer's old-log-prob step, the legacy trainer's worker
+# the rollout's top-K on the actor worker's update batch to TROLL's old fields (v1 and legacy trainers alike)
 # ---------------------------------------------------------------------------------------------------------------------
 def _per_sample(values) -> list:
     """A per-sample non-tensor field (a list, a numpy object array, a TensorDict ``NonTensorStack``) as a list."""

@@ -143,7 +143,7 @@ def validate_troll_config(config) -> TrollPolicyLossConfig:
             "TROLL uses verl's top-K logits hook, which distillation also uses. Set distillation.enabled=false."
         )
     settings = troll_settings(SimpleNamespace(policy_loss=omega_conf_to_dataclass(actor.policy_loss)))
-    # 0 (unset): TROLL's trainer sets it to topk (troll_verl.integration.trainer)
+    # 0 (unset): TROLL's trainers set it to topk (prepare_troll_run)
     old_topk = OmegaConf.select(config, "actor_rollout_ref.actor.calculate_old_topk", default=0) or 0
     if seam_available() and 0 < old_topk < settings.topk:
         raise ValueError(

@@ -57,7 +57,7 @@ from troll_verl.bypass.vllm_topk import TopKFullyAsyncLLMServerClient
 from troll_verl.compat import rebuild_llm_client
 from troll_verl.platform.cpu import cpu_platform_requested
 
-from .checks import prepare_troll_run, troll_trainer_mode, uses_troll
+from .checks import prepare_troll_run, troll_trainer_mode
 from .ray_workers import swap_worker_classes
 from .seam import seam_available
 
@@ -142,9 +142,8 @@ class TrollTrainerSeparateAsync(TrollTrainerMixin, PPOTrainerSeparateAsync):
     troll_base_mode = "separate_async"
 
     def __init__(self, config: DictConfig):
-        troll = uses_troll(config.actor_rollout_ref.actor.policy_loss)
         super().__init__(config)  # validates first
-        if troll:
+        if self.troll_settings is not None:
             logger.warning(
                 "TROLL with trainer.v1.trainer_mode=troll_separate_async: verl's separate-rollout trainer has not run "
                 "end to end with TROLL yet (its checkpoint engines need NCCL-class backends, which CPU testing "
