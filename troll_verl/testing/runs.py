@@ -12,14 +12,27 @@
 # See the License for the specific language governing permissions and
 # limitations under the License.
 """Launches of whole runs in tests: a tag every process of a run inherits (so a test sees only its own leftovers, not
-another Ray instance on the machine), and waiting for a condition."""
+another Ray instance on the machine), a module's launches run two at a time, a long command started early in the
+background, and waiting for a condition."""
 
 from __future__ import annotations
 
+import os
+import subprocess
 import time
 import uuid
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
 
 import psutil
+
+from troll_verl.tools.lifetime import Watchdog, new_run_tag, run_env, tagged_processes
+from troll_verl.tools.trainer_process import cleanup_run
+
+# How many launches a test module runs at once. A launch's start-up (Ray, verl's and vLLM's imports in one process
+# after another) keeps about one core busy, so two launches share 2 cores at little cost each; 1 runs them in turn.
+LAUNCHES_ENV = "TROLL_TEST_LAUNCHES"
 
 
 class RunTag:
@@ -51,3 +64,76 @@ def wait_until(predicate, timeout_s: float, poll_s: float = 1.0) -> bool:
             return True
         time.sleep(poll_s)
     return predicate()
+
+
+class Launches:
+    """A test module's launches, started when the module starts and run ``width`` at a time in threads (each launch is
+    a subprocess with its own private Ray instance and watchdog, so threads only wait).
+
+    Submit every launch up front, a launch after any it waits on (``submit`` keeps the order, so a job that calls
+    :meth:`result` on an earlier one never waits on a job that has not started); a fixture or test then asks
+    :meth:`result` for the finished run. A launch's exception is raised where its result is asked.
+    """
+
+    def __init__(self, width: int | None = None):
+        self.width = width or int(os.environ.get(LAUNCHES_ENV, "2"))
+        if self.width < 1:
+            raise ValueError(f"{LAUNCHES_ENV}={self.width}: set it to 1 (one launch at a time) or more")
+        self._pool = ThreadPoolExecutor(max_workers=self.width, thread_name_prefix="launch")
+        self._jobs: dict[str, Future] = {}
+
+    def submit(self, name: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+        """Queue the launch ``name``: ``fn(*args, **kwargs)`` runs once a slot is free, after every earlier launch
+        started."""
+        if name in self._jobs:
+            raise ValueError(f"launch {name!r} submitted twice")
+        self._jobs[name] = self._pool.submit(fn, *args, **kwargs)
+
+    def result(self, name: str) -> Any:
+        """The finished launch ``name`` (waits for it)."""
+        return self._jobs[name].result()
+
+    def close(self) -> None:
+        """Wait for the launches that started; drop the ones that did not."""
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+class BackgroundCommand:
+    """A command started now in the background, its output in ``log_path``, every process it starts tagged and
+    watched (:mod:`troll_verl.tools.lifetime`: they are stopped when this process ends, however it ends). A test whose
+    long command checks nothing the rest of the suite changes starts it when the session starts, and asks for its
+    result when it runs."""
+
+    def __init__(self, cmd: list[str], log_path: str, *, cwd: str | None = None, env: dict | None = None):
+        self.cmd, self.log_path, self.tag = cmd, log_path, new_run_tag()
+        self._watchdog = Watchdog(self.tag).start()
+        with open(log_path, "w") as log:
+            self.proc = subprocess.Popen(
+                cmd,
+                cwd=cwd,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, **(env or {}), **run_env(self.tag)},
+                start_new_session=True,
+            )
+        self.started = time.monotonic()
+
+    def wait(self, timeout_s: float) -> tuple[int | None, str]:
+        """Its exit status and output, waiting at most ``timeout_s`` more; ``None`` (and everything of it stopped) if
+        it is still running then."""
+        try:
+            self.proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            pass
+        self.stop()
+        with open(self.log_path) as log:
+            return self.proc.returncode, log.read()
+
+    def left(self) -> list:
+        """Live processes that it started."""
+        return tagged_processes(self.tag)
+
+    def stop(self) -> None:
+        """Stop it and every process it started (nothing if it has ended and left none)."""
+        cleanup_run(self.proc, self.tag)
+        self._watchdog.close()
