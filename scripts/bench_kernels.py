@@ -25,7 +25,7 @@ Stages, each in its own process under its own time limit, in this order; the res
   (statistics, old top-K, support, tail, backward, fused clip, projection, token terms), bf16 and fp32.
 - ``loss``: the loss step (LM head, loss, backward to the hidden states and the head) side by side in one run:
   ``torch_clip`` (``log_softmax`` + verl's vanilla clip objective), ``fused_clip`` (the fused log-probs of
-  :mod:`troll_verl.core.kernels.clip`: what verl runs on a GPU with flash-attn's Triton cross-entropy), ``troll_torch``
+  :mod:`troll_verl.kernels.clip`: what verl runs on a GPU with flash-attn's Triton cross-entropy), ``troll_torch``
   (today's torch path) and ``troll_kernels``; bf16 at N ∈ {2048, 8192, 16384} × H ∈ {2560, 4096} at V 151936,
   V ∈ {32768, 65536} at N 8192, fp32 at N 8192; paired, interleaved repeats; peak memory; TROLL's results checked
   against the torch path first (a failing variant is reported and not timed). Then the loss alone with the logits
@@ -117,14 +117,15 @@ class Context:
 
 def kernels():
     """The kernel modules (imported once the device and the interpreter switch are settled)."""
-    from troll_verl.core.kernels import clip, grad, projection, stats, support, topk
+    from troll_verl.kernels import clip, grad, projection, sparse, stats, topk
 
-    return SimpleNamespace(clip=clip, grad=grad, projection=projection, stats=stats, support=support, topk=topk)
+    return SimpleNamespace(clip=clip, grad=grad, projection=projection, stats=stats, sparse=sparse, topk=topk)
 
 
 def torch_path():
-    """The torch path's modules. Their public functions dispatch CUDA logits to the kernels unless TROLL_KERNELS=torch,
-    which :func:`main` sets for this script (the kernels are called directly)."""
+    """The torch path's modules. Their public functions hand CUDA logits to the kernels (registered when
+    :func:`kernels` imports them) unless TROLL_KERNELS=torch, which :func:`main` sets for this script (the kernels
+    are called directly)."""
     from troll_verl.core import projection, sparse, terms
 
     return SimpleNamespace(sparse=sparse, projection=projection, terms=terms)
@@ -231,7 +232,7 @@ def loss_clip_reference(x, logits):
 def loss_troll(x, logits, on_kernels: bool):
     if on_kernels:
         k = kernels()
-        sparse_fn, terms_fn = k.support.troll_sparse_from_logits, k.projection.troll_token_terms
+        sparse_fn, terms_fn = k.sparse.troll_sparse_from_logits, k.projection.troll_token_terms
     else:
         tp = torch_path()
         sparse_fn, terms_fn = tp.sparse.troll_sparse_from_logits, tp.terms.troll_token_terms
@@ -432,13 +433,13 @@ def stage_correctness(ctx: Context) -> dict:
                     lse_err=(lse - ref_lse).abs().max(),
                 )
             )
-            old_k = k.support.old_topk_from_logits(z, topk=topk, mass_delta=MASS_DELTA)
+            old_k = k.sparse.old_topk_from_logits(z, topk=topk, mass_delta=MASS_DELTA)
             old_t = tp.sparse.old_topk_from_logits(z, topk=topk, mass_delta=MASS_DELTA)
             window = mass_rule_window(z, topk, MASS_DELTA)
             checks.append(_check(f"old top-K {name}", **old_topk_agreement(old_k, old_t, window)))
             zk = z.detach().clone().requires_grad_(True)
             zt = z.detach().clone().requires_grad_(True)
-            sup_k = k.support.troll_sparse_from_logits(
+            sup_k = k.sparse.troll_sparse_from_logits(
                 zk, x["sampled"], x["old"], x["old_lp"], topk=topk, mass_delta=MASS_DELTA
             )
             sup_t = tp.sparse.troll_sparse_from_logits(
@@ -616,7 +617,7 @@ def stage_loss(ctx: Context) -> dict:
         z = logits.detach()
         old = {
             "torch": time_fn(ctx, lambda: tp.sparse.old_topk_from_logits(z, topk=ctx.topk), ctx.repeats),
-            "kernels": time_fn(ctx, lambda: k.support.old_topk_from_logits(z, topk=ctx.topk), ctx.repeats),
+            "kernels": time_fn(ctx, lambda: k.sparse.old_topk_from_logits(z, topk=ctx.topk), ctx.repeats),
             "log_softmax": time_fn(ctx, lambda: torch.log_softmax(z, -1), ctx.repeats),
         }
         old_pass = {
@@ -674,7 +675,7 @@ def _kernel_calls(ctx: Context, k, n: int, v: int, dtype) -> dict:
     z = (3.0 * torch.randn(n, v, device=dev)).to(dtype)
     nb = n * v * dtype.itemsize
     sampled = torch.randint(v, (n,), device=dev)
-    old = k.support.old_topk_from_logits(z, topk=ctx.topk)
+    old = k.sparse.old_topk_from_logits(z, topk=ctx.topk)
     old_lp = torch.log_softmax(z.float(), -1).gather(1, sampled[:, None])[:, 0]
     lse, _, _, lp = k.stats.row_stats(z, target=sampled)
     ids, old_u, valid, new, tail, lse2 = k.topk.support_forward(
@@ -684,7 +685,7 @@ def _kernel_calls(ctx: Context, k, n: int, v: int, dtype) -> dict:
     one = torch.ones(n, 1, dtype=torch.bool, device=dev)
     calls = {
         "statistics pass (LSE + chunk stats)": (lambda: k.stats.row_stats(z, chunk_stats=True), nb),
-        "statistics pass + old top-K": (lambda: k.support.old_topk_from_logits(z, topk=ctx.topk), nb),
+        "statistics pass + old top-K": (lambda: k.sparse.old_topk_from_logits(z, topk=ctx.topk), nb),
         "statistics pass + support": (
             lambda: k.topk.support_forward(z, None, old.ids, old.logprobs, sampled, old_lp, ctx.topk, 1e-5, log_floor),
             nb,
@@ -763,8 +764,8 @@ def stage_tests(ctx: Context) -> dict:
     files = [
         "tests/core/test_projection_on_cpu.py",
         "tests/core/test_sparse_on_cpu.py",
-        "tests/core/kernels/test_sparse_kernels_on_cpu.py",
-        "tests/core/kernels/test_projection_kernels_on_cpu.py",
+        "tests/kernels/test_sparse_kernels_on_cpu.py",
+        "tests/kernels/test_projection_kernels_on_cpu.py",
     ]
     # the core's own tests on the torch path (on CUDA: its sync-free code); the kernels' tests against it
     env = {**os.environ, "TROLL_TEST_DEVICE": "cuda", "PYTHONPATH": ROOT, "TROLL_KERNELS": "torch"}

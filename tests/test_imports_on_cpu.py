@@ -173,6 +173,7 @@ def test_every_module_imports_in_a_fresh_interpreter():
 LAYER_RANK = {
     "core": 0,
     "compat": 1,
+    "kernels": 1,
     "platform": 2,
     "assets": 2,
     "recipes": 2,

@@ -72,6 +72,7 @@ TRAILERS = "Co-authored-by: Claude <noreply@anthropic.com>\n"
 # package module -> path in verl's tree
 MODULES_D = {
     "troll_verl/core/host.py": "verl/trainer/troll/host.py",
+    "troll_verl/core/fast_paths.py": "verl/trainer/troll/fast_paths.py",
     "troll_verl/core/projection.py": "verl/trainer/troll/projection.py",
     "troll_verl/core/support.py": "verl/trainer/troll/support.py",
     "troll_verl/core/sparse.py": "verl/trainer/troll/sparse.py",
@@ -105,7 +106,7 @@ TESTS_E = {
 EXPOSED = ("kl_bound", "alpha", "topk", "ratio_level")
 ABLATIONS = {"old_estimate": "floor", "tail": "bucket", "solver": "newton"}
 
-_SUBMODULES = "host|projection|support|sparse|old_side|layout|terms|losses|fsdp|megatron"
+_SUBMODULES = "host|fast_paths|projection|support|sparse|old_side|layout|terms|losses|fsdp|megatron"
 _USES_SETTINGS = (
     "troll_verl/core/support.py",
     "troll_verl/core/terms.py",
@@ -200,6 +201,7 @@ _OLD_ESTIMATE = [  # sparse.py: the paper's floor for union tokens the old pass 
     sub(r"^        old_estimate: old-side value .*\n.*\n", ""),
     sub(r"^    check_old_estimate\(old_estimate\)\n", ""),
     sub(r"floor, old_estimate\n    \)", "floor\n    )"),
+    sub(r" rows=rows, old_estimate=old_estimate,\n", " rows=rows,\n"),  # the fast path's call
     # the package's measurements are not in verl
     sub(r"median 2\.6×, ``docs/\n  benchmarks\.md``\)", "median 2.6×)"),
     sub(r"at no extra time on the lean path \(``docs/benchmarks\.md``\)\.", "at no extra time on the lean path."),
@@ -236,17 +238,11 @@ EDITS = {
         sub(r'self\._choice\("ratio_level", RATIO_LEVELS\)', 'self._choice("ratio_level", ("token", "sequence"))'),
     ],
     "troll_verl/core/projection.py": _SOLVER,
-    "troll_verl/core/sparse.py": [  # the Triton kernels stay in the plugin (not yet measured on a GPU)
-        keep("statistics is _FULL_VOCABULARY and use_kernels(logits, topk)", "none"),
-        keep("statistics is _FULL_VOCABULARY and use_kernels(logits, topk, old.ids.shape[-1])", "none"),
-        sub(r"^from \.kernels import use_kernels\n", ""),
-        *_OLD_ESTIMATE,
-    ],
+    "troll_verl/core/sparse.py": _OLD_ESTIMATE,
     "troll_verl/core/old_side.py": _OLD_SIDE,
     "troll_verl/core/support.py": [  # the tail is always a differentiable bucket (the paper's renormalisation dropped)
         *_OLD_ESTIMATE_SUPPORT,
         keep("cfg.tail == 'renormalize'", "none"),
-        sub(r"\n:mod:`\.sparse` and :mod:`\.terms` compute these .*\n.*runs one way\.\n", ""),  # no kernels in verl
     ],
     # loss "troll" is registered in core_algos (prD/verl.diff), whose spec names the hooks lazily; verl's own ppo_loss
     # decides the loss metrics' aggregation there too, and no engine needs the stock-verl route's fact
@@ -265,15 +261,7 @@ EDITS = {
             '.\n    """\n',
         ),
     ],
-    "troll_verl/core/terms.py": [
-        keep(
-            "cfg.solver == 'newton' and support.new_logprobs.shape[-1] <= 2 * MAX_TOPK + 2 and "
-            "use_kernels(support.new_logprobs)",
-            "none",
-        ),
-        sub(r"^from \.kernels import MAX_TOPK, use_kernels\n", ""),
-        sub(r"^        solver=cfg\.solver,\n", ""),
-    ],
+    "troll_verl/core/terms.py": [sub(r"^        solver=cfg\.solver,\n", "")],
     "troll_verl/core/fsdp/losses.py": [
         sub(r", old_estimate=cfg\.old_estimate,", ","),
         *_STOCK_ENGINE,

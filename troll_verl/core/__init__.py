@@ -15,6 +15,9 @@
 projection (:mod:`.projection`), sparse top-K supports computed lean from logits (:mod:`.sparse`, the old side's
 estimate in :mod:`.old_side`), the per-token terms (:mod:`.terms`), the policy loss (:mod:`.losses`, with the backend
 table), TROLL's settings (:mod:`.config`, their choices in :mod:`.options`), and the engines' backends (:mod:`.fsdp`,
-:mod:`.megatron`, leaves that share :mod:`.layout`). It imports no troll-verl module outside this folder
-and only the public verl APIs that ``tests/test_imports_on_cpu.py`` lists (``CORE_VERL_IMPORTS``).
+:mod:`.megatron`, leaves that share :mod:`.layout`). What the steps pass along is :mod:`.support`; where the core may
+read values back to the host, :mod:`.host`; the table an extension fills with faster implementations of three entry
+points, :mod:`.fast_paths` (troll-verl's Triton kernels: :mod:`troll_verl.kernels`). It imports no troll-verl module
+outside this folder and only the public verl APIs that ``tests/test_imports_on_cpu.py`` lists
+(``CORE_VERL_IMPORTS``).
 """

@@ -60,8 +60,8 @@ import math
 import torch
 from torch.autograd.function import once_differentiable
 
+from .fast_paths import fast_path
 from .host import host_reads
-from .kernels import use_kernels
 from .options import check_old_estimate
 from .projection import compute_dtype, full_precision
 from .support import OldTopK, SparseSupport, assemble_support, check_sparse_inputs, check_support_args
@@ -373,10 +373,11 @@ def old_topk_from_logits(
         :class:`OldTopK` with ``ids (N, K)`` int32, ``logprobs (N, K)`` and ``tail_logprob (N,)`` (fp32, or
         fp64 for fp64 logits), where ``K = min(topk, V)``.
     """
-    if statistics is _FULL_VOCABULARY and use_kernels(logits, topk):  # the GPU path (troll_verl.core.kernels)
-        from .kernels import support as kernels
-
-        return kernels.old_topk_from_logits(logits, topk, mass_delta, floor, value_dtype, chunk_size, rows)
+    fast = fast_path("old_topk") if statistics is _FULL_VOCABULARY else None
+    if fast is not None:  # an extension's implementation (.fast_paths), where it serves these logits
+        result = fast(logits, topk, mass_delta, floor, value_dtype, chunk_size, rows)
+        if result is not None:
+            return result
     _check_logits("logits", logits)
     check_support_args(topk, mass_delta, floor)
     V = logits.shape[1]
@@ -579,13 +580,14 @@ def troll_sparse_from_logits(
         :class:`SparseSupport` with ``(N, S + 1)`` fields (fp32, fp64 for fp64 logits), S the largest union
         size in the batch.
     """
-    if statistics is _FULL_VOCABULARY and use_kernels(logits, topk, old.ids.shape[-1]):  # the GPU path
-        from .kernels import support as kernels
-
-        return kernels.troll_sparse_from_logits(
+    fast = fast_path("sparse_support") if statistics is _FULL_VOCABULARY else None
+    if fast is not None:  # an extension's implementation (.fast_paths), where it serves these logits
+        result = fast(
             logits, sampled_ids, old, old_sampled_logprob, topk=topk, mass_delta=mass_delta, floor=floor,
             chunk_size=chunk_size, rows=rows, old_estimate=old_estimate,
         )  # fmt: skip
+        if result is not None:
+            return result
     _check_logits("logits", logits)
     check_support_args(topk, mass_delta, floor)
     check_old_estimate(old_estimate)

@@ -18,8 +18,8 @@
 - The argument checks of the support, :func:`assemble_support` (the tail column, the old side, the sampled token)
   and :func:`projected_support` (what the projection acts on).
 
-:mod:`.sparse` and :mod:`.terms` compute these on the torch path and hand them to the Triton kernels (:mod:`.kernels`)
-on the GPU path; the kernels import this module, never those two, so the dispatch runs one way.
+:mod:`.sparse` and :mod:`.terms` compute these in torch; a fast path registered with :mod:`.fast_paths` builds the same
+values from this module, never from those two, so the dispatch runs one way.
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from .kernels import MAX_TOPK, use_kernels
+from .fast_paths import fast_path
 from .projection import full_precision, project
 from .support import SparseSupport, TrollTokenTerms, projected_support
 
@@ -76,15 +76,11 @@ def troll_token_terms(
         ``(terms, solver_iters)``: :class:`TrollTokenTerms` of shape ``(...)`` and the solver's iteration count (a
         0-d tensor on the support's device).
     """
-    if (
-        cfg.solver == "newton"
-        and support.new_logprobs.shape[-1] <= 2 * MAX_TOPK + 2
-        and use_kernels(support.new_logprobs)
-    ):
-        # the GPU path, for supports the kernels are built for: two top-K of at most MAX_TOPK, o_t and the tail
-        from .kernels import projection as kernels
-
-        return kernels.troll_token_terms(support, cfg, row_mask)
+    fast = fast_path("token_terms")
+    if fast is not None:  # an extension's implementation (.fast_paths), where it serves this support
+        result = fast(support, cfg, row_mask)
+        if result is not None:
+            return result
     new_lp, sup_mask = projected_support(support, cfg, row_mask)
 
     # TROLL §1-3: per-token projection onto KL(π ‖ π_old) ≤ ε, differentiable through η*.

@@ -39,6 +39,8 @@ rollout ``vllm`` (CPU       ``rollout.replica.RolloutReplicaRegistry``  when ``v
 refit, replaces verl's)                                               loads, only with ``VERL_PLATFORM=cpu``
 agent loop                  verl's agent-loop registry (``register``)  when verl's single-turn agent loop
 ``seeded_single_turn_agent``                                          loads (the module registers itself)
+the Triton kernels          the core's ``fast_paths`` (not verl's)    with the policy loss (the package
+                                                                      registers them when imported)
 ==========================  ========================================  =====================================
 
 Every registration at start-up is in this module, but for the agent loop, which registers itself with verl's
@@ -251,6 +253,8 @@ def _register_policy_loss(core_algos) -> None:
             f"verl's policy-loss registry already has {POLICY_LOSS_NAME!r} ({existing.__module__}."
             f"{existing.__qualname__}); verl would silently overwrite it. Uninstall the other plugin."
         )
+    # the core's fast paths: the kernels decline every call they do not serve (troll_verl.kernels)
+    importlib.import_module("troll_verl.kernels")
     if seam_available():
         spec = troll_policy_loss_spec(core_algos)
         core_algos.register_policy_loss(POLICY_LOSS_NAME, spec=spec)(troll_policy_loss_seam)

@@ -75,7 +75,7 @@ class TopKConfig:
         self.C_P2 = max(_pow2(self.C), self.K_P2)
         self.SCR = self.KC + self.K_P2 + self.C_P2  # scratch per row: chunk ids | top-K positions | ids
         # warps per row: 16 spread the 1024+ chunk maxima of a large vocabulary; below that ptxas caps 16 warps at 64
-        # registers and spills to the stack, 8 warps fit (tests/core/kernels/test_aot_compile_on_cpu.py)
+        # registers and spills to the stack, 8 warps fit (tests/kernels/test_aot_compile_on_cpu.py)
         self.WARPS = 16 if self.NC_P2 >= 1024 else 8
 
 

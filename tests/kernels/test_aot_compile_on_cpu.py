@@ -11,10 +11,10 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Every kernel compiles for an H100 (sm_90) on this CPU machine, without register spills (troll_verl.core.kernels.aot).
+"""Every kernel compiles for an H100 (sm_90) on this CPU machine, without register spills (troll_verl.kernels.aot).
 
 The compile runs in a child process: the kernels must be defined compiled there, while this session may hold them
-interpreted (tests/core/kernels/conftest.py).
+interpreted (tests/kernels/conftest.py).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ pytest.importorskip("triton.backends.nvidia", reason="triton without its NVIDIA 
 
 def _compile(*args: str) -> list[dict]:
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    cmd = [sys.executable, "-m", "troll_verl.core.kernels.aot", *args]
+    cmd = [sys.executable, "-m", "troll_verl.kernels.aot", *args]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1500)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("[")]
     assert lines, f"no report (exit {proc.returncode}): {proc.stderr[-3000:]}"

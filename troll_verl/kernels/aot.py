@@ -218,7 +218,7 @@ def compile_report(specs: list[KernelSpec], arch: int = 90, jobs: int = 1) -> li
 
 
 def main(argv=None) -> int:
-    """``python -m troll_verl.core.kernels.aot``: compile the specialisations, print one JSON list; exit 1 on a
+    """``python -m troll_verl.kernels.aot``: compile the specialisations, print one JSON list; exit 1 on a
     failure or a spill (LOCAL or STACK bytes)."""
     parser = argparse.ArgumentParser(description=main.__doc__)
     parser.add_argument("--dtypes", nargs="+", default=list(DTYPES), choices=list(DTYPES))

@@ -24,7 +24,8 @@ from __future__ import annotations
 import torch
 from torch.autograd.function import once_differentiable
 
-from ..projection import full_precision
+from troll_verl.core.projection import full_precision
+
 from .grad import logits_grad
 from .stats import row_stats
 

@@ -32,9 +32,10 @@ import math
 import torch
 from torch.autograd.function import once_differentiable
 
-from ..options import check_old_estimate
-from ..projection import full_precision
-from ..support import OldTopK, SparseSupport, assemble_support, check_sparse_inputs, check_support_args
+from troll_verl.core.options import check_old_estimate
+from troll_verl.core.projection import full_precision
+from troll_verl.core.support import OldTopK, SparseSupport, assemble_support, check_sparse_inputs, check_support_args
+
 from .grad import logits_grad
 from .topk import old_topk, support_forward
 

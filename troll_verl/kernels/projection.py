@@ -39,9 +39,9 @@ import triton
 import triton.language as tl
 from torch.autograd.function import once_differentiable
 
-from ..projection import ProjectionResult, full_precision
-from ..projection import project as torch_project
-from ..support import TrollTokenTerms, projected_support
+from troll_verl.core.projection import ProjectionResult, full_precision
+from troll_verl.core.projection import project as torch_project
+from troll_verl.core.support import TrollTokenTerms, projected_support
 
 __all__ = ["KLProjection", "TokenTerms", "project", "troll_token_terms", "SOLVER_CONSTANTS"]
 

@@ -40,8 +40,8 @@ import torch
 
 DEVICE = os.environ.get("TROLL_TEST_DEVICE", "cpu")
 # in dependency order (a re-import must see the re-imported modules below it)
-KERNEL_MODULES = ("stats", "topk", "grad", "support", "clip", "projection")
-ROOT = Path(__file__).resolve().parents[3]
+KERNEL_MODULES = ("stats", "topk", "grad", "sparse", "clip", "projection")
+ROOT = Path(__file__).resolve().parents[2]
 _CHILD_TIMEOUT_S = 600
 
 
@@ -65,7 +65,7 @@ def load_kernels(interpret: bool) -> SimpleNamespace:
 
         modules = {}
         for name in KERNEL_MODULES:
-            full = f"troll_verl.core.kernels.{name}"
+            full = f"troll_verl.kernels.{name}"
             module = sys.modules.get(full)
             if module is None:
                 module = importlib.import_module(full)
