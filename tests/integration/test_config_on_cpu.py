@@ -59,6 +59,7 @@ def test_defaults_are_the_papers():
         ("solver_max_iter", 0),
         ("solver_tol", 0.0),
         ("chunk_size", 0),
+        ("kernels", "cuda"),
     ],
 )
 def test_invalid_values_name_the_field(field, value):

@@ -25,6 +25,7 @@ import pytest
 import torch
 from verl.utils import tensordict_utils as tu
 
+from troll_verl import kernels
 from troll_verl.config import TrollPolicyLossConfig
 from troll_verl.core.layout import response_rows
 from troll_verl.core.losses import troll_policy_objective, troll_token_terms
@@ -102,9 +103,18 @@ def test_stored_old_topk_matches_plain_transformers(model_dir, remove_padding):
     torch.testing.assert_close(verl_lp.double(), sampled_lp, atol=2e-5, rtol=0)
 
 
-def test_reference_pass_never_stores_old_topk(model_dir):
-    """With LoRA, verl computes the reference through the actor (no_lora_adapter=True) with the same engine."""
-    worker = make_actor_worker(compose_config(model_dir, "actor_rollout_ref.model.lora_rank=4"))
+def test_reference_pass_never_stores_old_topk(model_dir, capsys):
+    """With LoRA, verl computes the reference through the actor (no_lora_adapter=True) with the same engine. The
+    worker also takes its kernel choice from the config (policy_loss.kernels) and says so at start-up."""
+    config = compose_config(
+        model_dir, "actor_rollout_ref.model.lora_rank=4", "actor_rollout_ref.actor.policy_loss.kernels=torch"
+    )
+    try:
+        worker = make_actor_worker(config)
+        assert kernels.kernel_choice() == "torch"
+    finally:
+        kernels.configure("auto")
+    assert "TROLL kernels: torch (config): the torch path on every device." in capsys.readouterr().out
     batch = make_batch(VOCAB, PROMPTS, RESPONSES, seed=2)
     old = old_pass(worker, batch, TEMPERATURE)
     if seam_available():  # verl's trainer asks for its old top-K on the old-log-prob pass only (upstream C)

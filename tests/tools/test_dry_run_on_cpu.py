@@ -256,8 +256,9 @@ def _dry_run(*overrides):
 
 @pytest.mark.parametrize("mode", ["troll", "troll_sync", "troll_colocate_async"])
 def test_dry_run_accepts_troll_in_each_colocated_mode(gpu_cluster_env, mode):
-    summary = _dry_run(f"trainer.v1.trainer_mode={mode}")
+    summary = _dry_run(f"trainer.v1.trainer_mode={mode}", "actor_rollout_ref.actor.policy_loss.kernels=torch")
     assert summary["trainer_mode"] == mode and summary["loss_mode"] == "troll" and summary["warnings"] == []
+    assert summary["kernels"] == "torch"  # the config's kernel choice, reported
 
 
 @pytest.mark.parametrize("mode", ["troll", "troll_colocate_async"])

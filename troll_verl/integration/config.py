@@ -30,6 +30,7 @@ from typing import Any, ClassVar
 from verl.workers.config import PolicyLossConfig
 
 from troll_verl.core.config import VALUE_DTYPES, TrollConfig
+from troll_verl.kernels import KERNEL_CHOICES
 
 __all__ = [
     "TrollPolicyLossConfig",
@@ -51,12 +52,21 @@ class TrollPolicyLossConfig(PolicyLossConfig, TrollConfig):
 
     Args:
         loss_mode (str): registered policy-loss name; ``"troll"``.
+        kernels (str): the loss step's implementation: ``auto`` (Triton kernels for CUDA logits where triton
+            imports, else torch), ``torch`` or ``triton`` (:mod:`troll_verl.kernels`); ``TROLL_KERNELS`` in a
+            worker's environment overrides it. troll-verl's key, not TROLL's: verl's built-in TROLL has no kernels.
         (the TROLL keys: see :class:`~troll_verl.core.config.TrollConfig`)
     """
 
     key_prefix: ClassVar[str] = "actor_rollout_ref.actor.policy_loss"
 
     loss_mode: str = "troll"
+    kernels: str = "auto"
+
+    def __post_init__(self):
+        """Validate TROLL's keys (:class:`~troll_verl.core.config.TrollConfig`) and ``kernels``."""
+        super().__post_init__()
+        self._choice("kernels", KERNEL_CHOICES)
 
     @property
     def troll(self) -> TrollConfig:

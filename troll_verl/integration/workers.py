@@ -57,6 +57,7 @@ from verl.single_controller.base.decorator import make_nd_compute_dataproto_disp
 from verl.utils import tensordict_utils as tu
 from verl.workers.engine_workers import TrainingWorker
 
+from troll_verl import kernels
 from troll_verl.bypass.mode import old_fields_from_batch
 from troll_verl.compat import ENGINE_BATCH_ADAPTER_METHODS, VerlVersionError, ppo_loss_actor_config
 from troll_verl.core.layout import OLD_FIELDS
@@ -117,6 +118,10 @@ class TrollActorTrainingWorker(TrollTrainingWorker):
         if actor_config is None or not uses_troll(actor_config.policy_loss):
             return super().set_loss_fn(loss_fn)
         self.troll_settings = troll_settings(actor_config)
+        kernels.configure(getattr(self.troll_settings, "kernels", "auto"))
+        if torch.distributed.is_initialized() and torch.distributed.get_rank() == 0:
+            # NOTE: print, as verl's workers do: Ray's worker log shows no INFO records
+            print(kernels.describe_choice(), flush=True)
         if not seam_available():
             self.troll_loss_fn = TrollLossFn(actor_config, old_sink=self.old_topk_cache.put)
             loss_fn = self.troll_loss_fn

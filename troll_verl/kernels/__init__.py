@@ -33,9 +33,10 @@ triton when first imported:
   backward; :func:`~.projection.troll_token_terms` for :func:`troll_verl.core.terms.troll_token_terms`.
 - :mod:`.aot`: every kernel specialisation, compiled ahead of time for a GPU this machine need not have.
 
-Switch: ``TROLL_KERNELS=torch`` keeps the torch path everywhere; ``TROLL_KERNELS=triton`` also runs the kernels on
-CPU tensors where Triton's interpreter is on (``TRITON_INTERPRET=1``, the tests); unset or ``auto``, they serve CUDA
-tensors whenever triton imports.
+Switch: the run's ``actor_rollout_ref.actor.policy_loss.kernels`` (TROLL's actor worker passes it to
+:func:`configure`), overridden by ``TROLL_KERNELS`` in a process's environment: ``torch`` keeps the torch path
+everywhere; ``triton`` also runs the kernels on CPU tensors where Triton's interpreter is on (``TRITON_INTERPRET=1``,
+the tests); ``auto`` (the default), they serve CUDA tensors whenever triton imports.
 """
 
 from __future__ import annotations
@@ -54,6 +55,10 @@ __all__ = [
     "use_kernels",
     "triton_available",
     "interpreting",
+    "KERNEL_CHOICES",
+    "configure",
+    "kernel_choice",
+    "describe_choice",
     "old_topk_fast_path",
     "sparse_support_fast_path",
     "token_terms_fast_path",
@@ -66,6 +71,53 @@ KERNEL_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 # the largest top-K (old and current side) the kernels' register tiles are compiled and checked for (the paper's K; its
 # ablations use 16 and 256): a larger one stays on the torch path
 MAX_TOPK = 64
+
+
+# the kernel choices (the plugin's key policy_loss.kernels; TROLL_KERNELS overrides it)
+KERNEL_CHOICES = ("auto", "torch", "triton")
+_configured = "auto"
+
+
+def configure(choice: str) -> None:
+    """Set this process's kernel choice from the run's config (``policy_loss.kernels``; TROLL's actor worker calls
+    it). ``TROLL_KERNELS`` in the environment still overrides it (:func:`kernel_choice`).
+
+    Raises:
+        ValueError: for a choice not in :data:`KERNEL_CHOICES`.
+    """
+    global _configured
+    if choice not in KERNEL_CHOICES:
+        raise ValueError(f"the kernel choice must be one of {list(KERNEL_CHOICES)}, got {choice!r}.")
+    _configured = choice
+
+
+def kernel_choice() -> str:
+    """This process's kernel choice: ``TROLL_KERNELS`` where set, else the configured one (:func:`configure`,
+    ``auto`` by default).
+
+    Raises:
+        ValueError: for a ``TROLL_KERNELS`` value not in :data:`KERNEL_CHOICES`, naming the variable.
+    """
+    choice = os.environ.get(KERNELS_ENV, "").strip().lower() or _configured
+    if choice not in KERNEL_CHOICES:
+        raise ValueError(f"{KERNELS_ENV} must be auto, torch or triton, got {choice!r}; unset it for the config's.")
+    return choice
+
+
+def describe_choice() -> str:
+    """One line saying which path this process's TROLL steps take, for the start-up log."""
+    choice = kernel_choice()
+    source = f"{KERNELS_ENV}={os.environ[KERNELS_ENV]}" if os.environ.get(KERNELS_ENV, "").strip() else "config"
+    if choice == "torch":
+        return f"TROLL kernels: torch ({source}): the torch path on every device."
+    if not torch.cuda.is_available() and not (choice == "triton" and interpreting()):
+        return f"TROLL kernels: {choice} ({source}): no CUDA device here, so the torch path."
+    if not triton_available():
+        return f"TROLL kernels: {choice} ({source}): triton does not import here, so the torch path."
+    return (
+        f"TROLL kernels: {choice} ({source}): Triton kernels for logits in fp32/bf16/fp16 with top-K up to {MAX_TOPK}, "
+        "the torch path otherwise."
+    )
 
 
 @functools.cache
@@ -84,17 +136,16 @@ def interpreting() -> bool:
 
 
 def use_kernels(logits: torch.Tensor, topk: int = 64, old_topk: int = 0) -> bool:
-    """Whether the kernels serve these logits: CUDA (or the interpreter, with ``TROLL_KERNELS=triton``), a dtype of
-    :data:`KERNEL_DTYPES`, top-K widths up to :data:`MAX_TOPK`, triton importable, and ``TROLL_KERNELS`` not ``torch``.
+    """Whether the kernels serve these logits: CUDA (or the interpreter, with the choice ``triton``), a dtype of
+    :data:`KERNEL_DTYPES`, top-K widths up to :data:`MAX_TOPK`, triton importable, and :func:`kernel_choice` not
+    ``torch``.
 
     Args:
         logits: ``(N, V)`` logits the step would read.
         topk: the current side's K.
         old_topk: the stored old top-K's width (0 in the old pass).
     """
-    choice = os.environ.get(KERNELS_ENV, "auto").strip().lower()
-    if choice not in ("auto", "torch", "triton"):
-        raise ValueError(f"{KERNELS_ENV} must be auto, torch or triton, got {choice!r}; unset it for auto.")
+    choice = kernel_choice()
     if choice == "torch" or logits.dtype not in KERNEL_DTYPES or max(topk, old_topk) > MAX_TOPK:
         return False
     on_device = logits.is_cuda or (choice == "triton" and interpreting() and logits.device.type == "cpu")
