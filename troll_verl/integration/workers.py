@@ -118,7 +118,7 @@ class TrollActorTrainingWorker(TrollTrainingWorker):
         if actor_config is None or not uses_troll(actor_config.policy_loss):
             return super().set_loss_fn(loss_fn)
         self.troll_settings = troll_settings(actor_config)
-        kernels.configure(getattr(self.troll_settings, "kernels", "auto"))
+        kernels.configure(self.troll_settings.kernels)
         if torch.distributed.is_initialized() and torch.distributed.get_rank() == 0:
             # NOTE: print, as verl's workers do: Ray's worker log shows no INFO records
             print(kernels.describe_choice(), flush=True)

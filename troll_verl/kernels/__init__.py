@@ -98,16 +98,21 @@ def kernel_choice() -> str:
     Raises:
         ValueError: for a ``TROLL_KERNELS`` value not in :data:`KERNEL_CHOICES`, naming the variable.
     """
-    choice = os.environ.get(KERNELS_ENV, "").strip().lower() or _configured
+    choice = _env_choice() or _configured
     if choice not in KERNEL_CHOICES:
         raise ValueError(f"{KERNELS_ENV} must be auto, torch or triton, got {choice!r}; unset it for the config's.")
     return choice
 
 
+def _env_choice() -> str:
+    """``TROLL_KERNELS`` as a choice (stripped, lower case); ``""`` where unset or blank."""
+    return os.environ.get(KERNELS_ENV, "").strip().lower()
+
+
 def describe_choice() -> str:
     """One line saying which path this process's TROLL steps take, for the start-up log."""
     choice = kernel_choice()
-    source = f"{KERNELS_ENV}={os.environ[KERNELS_ENV]}" if os.environ.get(KERNELS_ENV, "").strip() else "config"
+    source = f"{KERNELS_ENV}={os.environ[KERNELS_ENV]}" if _env_choice() else "config"
     if choice == "torch":
         return f"TROLL kernels: torch ({source}): the torch path on every device."
     if not torch.cuda.is_available() and not (choice == "triton" and interpreting()):

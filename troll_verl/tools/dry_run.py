@@ -232,7 +232,7 @@ def dry_run(config: DictConfig) -> dict[str, Any]:
             topk=troll.topk,
             mass_delta=troll.mass_delta,
             tail=troll.tail,
-            kernels=getattr(troll, "kernels", "auto"),  # the config's; TROLL_KERNELS in a worker overrides it
+            kernels=troll.kernels,  # the config's; TROLL_KERNELS in a worker overrides it
         )
     else:
         summary.update(
