@@ -61,6 +61,10 @@ __all__ = [
     "extension_models",
     "extension_load_weights",
     "extension_zmq_handle",
+    "REFIT_JOB_ID_ENV",
+    "refit_socket_for_job",
+    "rollout_class_path",
+    "set_rollout_class_path",
     "PASS_FLAGS",
     "OVERRIDDEN_PRIVATE_METHODS",
     "PRIVATE_ATTRIBUTES",
@@ -301,6 +305,46 @@ def extension_zmq_handle(extension) -> str:
     return extension._get_zmq_handle()
 
 
+# The variable verl's vLLM server sets to the Ray job id for its engine, whose worker extension names the weight-refit
+# socket after it (vLLMColocateWorkerExtension._get_zmq_handle); the trainer-side sender (the rollout's ServerAdapter)
+# names the same socket after ray.get_runtime_context().get_job_id().
+REFIT_JOB_ID_ENV = "VERL_RAY_JOB_ID"
+
+
+def refit_socket_for_job(zmq_handle: str, job_id: str, job_key: str) -> str:
+    """verl's weight-refit socket name ``zmq_handle`` (``ipc:///tmp/rl-colocate-zmq-<job_id>-replica-<r>-rank-<l>.sock``)
+    with ``job_key`` in place of the Ray job id.
+
+    Raises:
+        RuntimeError: if the name does not carry ``job_id`` where verl 0.9.1 puts it.
+    """
+    marker = f"rl-colocate-zmq-{job_id}-"
+    if marker not in zmq_handle:
+        raise RuntimeError(
+            f"verl's weight-refit socket {zmq_handle!r} is not named '...{marker}...' as verl 0.9.1 names it; "
+            "troll-verl's CPU platform cannot make it unique per Ray cluster. Check troll_verl.compat against this "
+            "verl."
+        )
+    return zmq_handle.replace(marker, f"rl-colocate-zmq-{job_key}-", 1)
+
+
+def rollout_class_path(name: str, mode: str = "async") -> str | None:
+    """The class path verl's rollout registry (``get_rollout_class``) holds for ``(name, mode)``, or None."""
+    from verl.workers.rollout import base
+
+    return base._ROLLOUT_REGISTRY.get((name, mode))
+
+
+def set_rollout_class_path(name: str, mode: str, class_path: str) -> None:
+    """Point verl's rollout registry at ``class_path`` for ``(name, mode)``.
+
+    NOTE: verl 0.9.1 has no registration API for the trainer-side rollout class, only this module-level table.
+    """
+    from verl.workers.rollout import base
+
+    base._ROLLOUT_REGISTRY[(name, mode)] = class_path
+
+
 # ------------------------------------------------------------------------------------------------- declarations
 # Non-tensor flags of verl's passes that TROLL's worker sets or reads on verl 0.9 (no policy-loss seam): the old pass
 # asks for the loss closure (compute_loss) and the logits hook (distillation_use_topk); the update skips verl's own
@@ -353,6 +397,7 @@ PRIVATE_ATTRIBUTES = {
     ("verl.workers.rollout.vllm_rollout.utils", "vLLMColocateWorkerExtension._iter_all_models_with_config"): None,
     ("verl.workers.rollout.vllm_rollout.utils", "vLLMColocateWorkerExtension._update_weights"): None,
     ("verl.workers.rollout.vllm_rollout.utils", "vLLMColocateWorkerExtension._get_zmq_handle"): None,
+    ("verl.workers.rollout.base", "_ROLLOUT_REGISTRY"): None,
 }
 # Internal (undocumented) modules TROLL imports, and the names it takes from each.
 INTERNAL_IMPORTS = {
@@ -416,6 +461,16 @@ MIRRORED_STATEMENTS = {
         "assert config.reward.reward_model.enable_resource_pool",
     ),
     "verl/workers/rollout/llm_server.py": ("num_replicas = ",),
+    # the weight-refit socket, named after the Ray job id on both sides (compat.refit_socket_for_job): the sender's
+    # name, the server's variable for its engine, and the engine's read of it
+    "verl/workers/rollout/vllm_rollout/vllm_rollout.py": (
+        'self.zmq_handle = f"ipc:///tmp/rl-colocate-zmq-{job_id}-replica-',
+        "job_id = ray.get_runtime_context().get_job_id()",
+    ),
+    "verl/workers/rollout/vllm_rollout/vllm_async_server.py": (
+        'os.environ["VERL_RAY_JOB_ID"] = ray.get_runtime_context().get_job_id()',
+    ),
+    "verl/workers/rollout/vllm_rollout/utils.py": ('job_id = os.environ.get("VERL_RAY_JOB_ID", "0")',),
     # verl's synthetic padding samples carry the first sample's extra fields (the rollout's top-K in bypass mode) and
     # a masked response, by which bypass.mode.old_fields_from_batch tells them
     "verl/trainer/ppo/padding_utils.py": ("response_mask = torch.zeros_like(responses)",),

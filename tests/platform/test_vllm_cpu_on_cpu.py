@@ -64,21 +64,96 @@ def test_installed_vllm_is_the_cpu_build_verl_accepts():
 
 
 def test_cpu_refit_replaces_verls_vllm_replica_only_on_the_cpu_platform():
+    """The replica (the server and its engine's extension) and the trainer-side sender, both or neither."""
     code = """
         import verl
+        from verl.workers.rollout.base import get_rollout_class
         from verl.workers.rollout.replica import get_rollout_replica_class
-        cls = get_rollout_replica_class("vllm")
-        print(cls.__module__, cls.__name__)
+        for cls in (get_rollout_replica_class("vllm"), get_rollout_class("vllm", "async")):
+            print(cls.__module__, cls.__name__)
         """
     off = _run(code)
     assert off.returncode == 0, off.stderr[-3000:]
-    assert off.stdout.strip().splitlines()[-1].split() == [
-        "verl.workers.rollout.vllm_rollout.vllm_async_server",
-        "vLLMReplica",
+    assert [line.split() for line in off.stdout.strip().splitlines()[-2:]] == [
+        ["verl.workers.rollout.vllm_rollout.vllm_async_server", "vLLMReplica"],
+        ["verl.workers.rollout.vllm_rollout.vllm_rollout", "ServerAdapter"],
     ]
     on = _run(code, VERL_PLATFORM="cpu")
     assert on.returncode == 0, on.stderr[-3000:]
-    assert on.stdout.strip().splitlines()[-1].split() == ["troll_verl.platform.vllm_cpu", "CPUvLLMReplica"]
+    assert [line.split() for line in on.stdout.strip().splitlines()[-2:]] == [
+        ["troll_verl.platform.vllm_cpu", "CPUvLLMReplica"],
+        ["troll_verl.platform.vllm_cpu", "CPUServerAdapter"],
+    ]
+
+
+def test_another_plugins_rollout_class_is_not_overwritten():
+    out = _run(
+        """
+        from verl.workers.rollout import base
+        base._ROLLOUT_REGISTRY[("vllm", "async")] = "other_plugin.Adapter"
+        import troll_verl.integration.plugin as p
+        p._register_cpu_server_adapter(base)
+        """,
+        VERL_PLATFORM="cpu",
+    )
+    assert out.returncode != 0 and "not verl's own ServerAdapter" in out.stderr
+
+
+class _RayCluster:
+    """What ``ray.get_runtime_context()`` says in any process of one Ray cluster: every cluster numbers its first
+    job 01000000; its node id is drawn when it starts."""
+
+    def __init__(self, node_id: str):
+        self.node_id = node_id
+
+    def get_job_id(self) -> str:
+        return "01000000"
+
+    def get_node_id(self) -> str:
+        return self.node_id
+
+
+def test_two_ray_clusters_on_one_host_refit_through_two_sockets(monkeypatch):
+    """Within a Ray cluster the trainer-side sender and the server's engine name the refit's socket alike (verl's
+    own receiver, reading the variable the server sets); a second cluster on the same host, whose job id is the same
+    01000000, names another one."""
+    from types import SimpleNamespace
+
+    import ray
+    from verl.workers.rollout.vllm_rollout import ServerAdapter
+    from verl.workers.rollout.vllm_rollout.utils import vLLMColocateWorkerExtension
+    from verl.workers.rollout.vllm_rollout.vllm_async_server import vLLMHttpServer
+
+    from troll_verl.compat import REFIT_JOB_ID_ENV, extension_zmq_handle
+    from troll_verl.platform.vllm_cpu import CPUServerAdapter, CPUvLLMHttpServer
+
+    def verls_sender_init(self, *args, **kwargs):  # the socket verl 0.9.1's ServerAdapter names (replica 0, rank 0)
+        self.zmq_handle = f"ipc:///tmp/rl-colocate-zmq-{ray.get_runtime_context().get_job_id()}-replica-0-rank-0.sock"
+
+    def verls_server_init(self, *args, **kwargs):
+        os.environ[REFIT_JOB_ID_ENV] = ray.get_runtime_context().get_job_id()
+
+    monkeypatch.setattr(ServerAdapter, "__init__", verls_sender_init)
+    monkeypatch.setattr(vLLMHttpServer, "__init__", verls_server_init)
+    monkeypatch.setenv("VERL_REPLICA_RANK", "0")
+    sockets = []
+    for node_id in ("a3" * 28, "5c" * 28):
+        monkeypatch.setattr(ray, "get_runtime_context", lambda node_id=node_id: _RayCluster(node_id))
+        sender = CPUServerAdapter()
+        CPUvLLMHttpServer()  # sets the variable its engine's worker extension reads
+        engine = SimpleNamespace(model_runner=None, local_rank=0)
+        engine._get_zmq_handle = vLLMColocateWorkerExtension._get_zmq_handle.__get__(engine)
+        assert extension_zmq_handle(engine) == sender.zmq_handle
+        assert sender.zmq_handle.endswith("-replica-0-rank-0.sock") and node_id[:16] in sender.zmq_handle
+        sockets.append(sender.zmq_handle)
+    assert sockets[0] != sockets[1]
+
+
+def test_a_refit_socket_verl_names_otherwise_is_refused():
+    from troll_verl.compat import refit_socket_for_job
+
+    with pytest.raises(RuntimeError, match="not named .*rl-colocate-zmq-01000000-.*troll_verl.compat"):
+        refit_socket_for_job("ipc:///tmp/rl-colocate-zmq-replica-0-rank-0.sock", "01000000", "01000000-a3a3")
 
 
 def test_another_plugins_vllm_replica_is_not_overwritten():

@@ -37,6 +37,8 @@ FSDP engines for ``cpu``    ``workers.engine.EngineRegistry``         when ``ver
                                                                       with ``VERL_PLATFORM=cpu``
 rollout ``vllm`` (CPU       ``rollout.replica.RolloutReplicaRegistry``  when ``verl.workers.rollout.replica``
 refit, replaces verl's)                                               loads, only with ``VERL_PLATFORM=cpu``
+its trainer-side sender     ``rollout.base`` ``("vllm", "async")``    when ``verl.workers.rollout.base``
+(CPU, replaces verl's)                                                loads, only with ``VERL_PLATFORM=cpu``
 agent loop                  verl's agent-loop registry (``register``)  when verl's single-turn agent loop
 ``seeded_single_turn_agent``                                          loads (the module registers itself)
 the Triton kernels          the core's ``fast_paths`` (not verl's)    with the policy loss (the package
@@ -85,7 +87,9 @@ from ..compat import (
     is_verls_rollout_loader,
     registered_policy_loss,
     registered_trainer,
+    rollout_class_path,
     rollout_replica_loader,
+    set_rollout_class_path,
 )
 from .checks import POLICY_LOSS_NAME
 from .seam import seam_available
@@ -336,6 +340,22 @@ def _register_cpu_vllm_replica(replica_module) -> None:
     replica_module.RolloutReplicaRegistry.register(VLLM_ROLLOUT_NAME, _load_cpu_vllm_replica)
 
 
+VERLS_SERVER_ADAPTER = "verl.workers.rollout.vllm_rollout.ServerAdapter"
+CPU_SERVER_ADAPTER = "troll_verl.platform.vllm_cpu.CPUServerAdapter"
+
+
+def _register_cpu_server_adapter(_base_module) -> None:
+    # the sender of the CPU refit, naming its socket as CPUvLLMHttpServer's engine does (platform/vllm_cpu.py)
+    existing = rollout_class_path(VLLM_ROLLOUT_NAME, "async")
+    if existing not in (None, VERLS_SERVER_ADAPTER, CPU_SERVER_ADAPTER):
+        raise RuntimeError(
+            f"verl's rollout registry maps ({VLLM_ROLLOUT_NAME!r}, 'async') to {existing!r}, not verl's own "
+            "ServerAdapter; troll-verl's CPU platform cannot install its refit sender there. Uninstall the other "
+            "plugin."
+        )
+    set_rollout_class_path(VLLM_ROLLOUT_NAME, "async", CPU_SERVER_ADAPTER)
+
+
 def _register_cpu_platform() -> None:
     from verl.plugin.platform import PlatformRegistry
 
@@ -346,6 +366,7 @@ def _register_cpu_platform() -> None:
         PlatformRegistry.register(CPU_PLATFORM_NAME)(platform_cls)
     when_imported("verl.workers.engine", _register_cpu_engines)
     when_imported("verl.workers.rollout.replica", _register_cpu_vllm_replica)
+    when_imported("verl.workers.rollout.base", _register_cpu_server_adapter)
 
 
 _AGENT_LOOP_MODULE = "troll_verl.rollout.agent_loop"

@@ -28,7 +28,14 @@ adds, without patching verl or vLLM:
 
 - :class:`CPUReloadWorkerExtension`: verl's worker extension whose refit runs inside that protocol;
 - :class:`CPUvLLMHttpServer`: verl's server naming that extension (``_get_worker_extension_cls``);
-- :class:`CPUvLLMReplica`: verl's replica launching that server.
+- :class:`CPUvLLMReplica`: verl's replica launching that server;
+- :class:`CPUServerAdapter`: verl's trainer-side rollout, sending the weights to a socket named for this Ray cluster.
+
+**One host, two runs.** verl names the refit's socket after the Ray job id (``/tmp/rl-colocate-zmq-<job id>-...``)
+to keep two jobs on one host apart, but every Ray cluster numbers its first job ``01000000``: two runs on one host,
+each with its own ``ray.init()`` (two experiments, or a test suite's launches), share the socket, the later sender
+unlinks the earlier one's, and both refits hang. On the CPU platform the server and the sender name it after
+:func:`refit_job_key` instead, the job id and the Ray cluster's node id.
 
 :mod:`troll_verl.integration.plugin` registers :class:`CPUvLLMReplica` as rollout ``vllm`` in verl's
 ``RolloutReplicaRegistry``, only when ``VERL_PLATFORM=cpu``; on any other platform verl's own classes run. The
@@ -42,18 +49,22 @@ Importing this module imports vLLM; the plugin imports it only when verl asks fo
 from __future__ import annotations
 
 import logging
+import os
 
 import ray
 import torch
+from verl.workers.rollout.vllm_rollout import ServerAdapter
 from verl.workers.rollout.vllm_rollout.utils import vLLMColocateWorkerExtension
 from verl.workers.rollout.vllm_rollout.vllm_async_server import vLLMHttpServer, vLLMReplica
 
 from troll_verl.compat import (
+    REFIT_JOB_ID_ENV,
     check_vllm_version,
     extension_load_weights,
     extension_models,
     extension_refits_full_weights_only,
     extension_zmq_handle,
+    refit_socket_for_job,
 )
 
 logger = logging.getLogger(__name__)
@@ -63,6 +74,8 @@ __all__ = [
     "CPUvLLMHttpServer",
     "repack_tied_layers",
     "CPUvLLMReplica",
+    "CPUServerAdapter",
+    "refit_job_key",
 ]
 
 
@@ -132,8 +145,31 @@ class CPUReloadWorkerExtension(vLLMColocateWorkerExtension):
                 repack_tied_layers(model)
 
 
+def refit_job_key() -> str:
+    """The name of this Ray job on this host for the weight-refit socket: Ray's job id, then the first 16 hex digits of
+    the node id (a random id a Ray cluster draws when it starts). Call it in a Ray worker or driver."""
+    context = ray.get_runtime_context()
+    return f"{context.get_job_id()}-{context.get_node_id()[:16]}"
+
+
+class CPUServerAdapter(ServerAdapter):
+    """verl's trainer-side vLLM rollout, streaming the weights to the socket :class:`CPUvLLMHttpServer`'s engine
+    listens on (named after :func:`refit_job_key`; see the module docstring). The plugin registers it as verl's
+    ``("vllm", "async")`` rollout class on the CPU platform."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.zmq_handle = refit_socket_for_job(self.zmq_handle, ray.get_runtime_context().get_job_id(), refit_job_key())
+
+
 class CPUvLLMHttpServer(vLLMHttpServer):
     """verl's vLLM server with :class:`CPUReloadWorkerExtension` as the worker extension (CPU platform)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        # verl set the Ray job id here for the engine, which names the refit's socket after it; its sender is
+        # CPUServerAdapter, which names it after the same key
+        os.environ[REFIT_JOB_ID_ENV] = refit_job_key()
 
     def _get_worker_extension_cls(self) -> str:
         return f"{CPUReloadWorkerExtension.__module__}.{CPUReloadWorkerExtension.__qualname__}"

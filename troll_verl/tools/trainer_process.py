@@ -70,6 +70,14 @@ def _worker_rss(tag: str) -> int:
     return total
 
 
+def _log_tail(path: str, lines: int = 12, width: int = 240) -> str:
+    """The last ``lines`` lines of the log at ``path``, each cut to ``width`` characters (verl's step lines are
+    long)."""
+    with open(path, errors="replace") as log:
+        tail = log.readlines()[-lines:]
+    return "".join(line if len(line) <= width else line[:width] + " ...\n" for line in tail)
+
+
 def cleanup_run(proc: subprocess.Popen | None, tag: str, grace_s: float = 10.0) -> list[str]:
     """Stop the trainer (SIGTERM to its process group, so Ray shuts down in order), then every process of the run
     (:func:`troll_verl.tools.lifetime.stop_tagged`); return the command lines of what was still alive."""
@@ -107,7 +115,7 @@ def run_trainer(
 
     Raises:
         KeyboardInterrupt: re-raised after cleanup.
-        TimeoutError: after ``timeout_s`` (after cleanup).
+        TimeoutError: after ``timeout_s`` (after cleanup), with the steps done and the end of the run's log.
     """
     os.makedirs(run_dir, exist_ok=True)
     metrics_path = os.path.join(run_dir, "metrics.jsonl")
@@ -149,7 +157,10 @@ def run_trainer(
                         on_step(row)
                 seen = len(rows)
                 if timeout_s is not None and time.perf_counter() - start > timeout_s:
-                    raise TimeoutError(f"trainer still running after {timeout_s:.0f} s; see {log_path}")
+                    raise TimeoutError(
+                        f"trainer still running after {timeout_s:.0f} s, {seen} step(s) done; the end of "
+                        f"{log_path}:\n{_log_tail(log_path)}"
+                    )
             for row in read_metrics(metrics_path)[seen:]:
                 if on_step is not None:
                     on_step(row)
