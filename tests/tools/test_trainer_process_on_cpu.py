@@ -42,4 +42,4 @@ def test_a_hung_run_is_stopped_and_its_error_shows_the_end_of_its_log(tmp_path):
     assert "line 19" in message and "line 9\n" in message and "line 8\n" not in message  # the last 12 lines
     assert "x" * 200 + " ..." in message and "x" * 300 not in message  # long lines cut
     assert json.loads((tmp_path / "run" / "metrics.jsonl").read_text())["step"] == 1
-    assert not [p for p in psutil.process_iter(["cmdline"]) if "hanging_trainer" in p.info["cmdline"] or []]
+    assert not [p for p in psutil.process_iter(["cmdline"]) if "hanging_trainer" in (p.info["cmdline"] or [])]
