@@ -38,11 +38,15 @@ import time
 
 import torch
 
+from troll_verl import ablations
 from troll_verl.assets.smollm2 import build_smollm2
 from troll_verl.assets.smollm2.task import DATA_SOURCE, ArithmeticTask, compute_score, prompt_text
-from troll_verl.core.options import OLD_ESTIMATES
 from troll_verl.core.projection import project
 from troll_verl.core.sparse import old_topk_from_logits, troll_sparse_from_logits
+from troll_verl.core.variants import variant_names
+
+ablations.register()  # the upper and proportional old-side estimates
+OLD_ESTIMATES = variant_names("old_estimate")
 
 
 def sample_answers(model, tokenizer, pairs, temperature: float, max_new_tokens: int, seed: int):

@@ -43,7 +43,10 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CORE_TESTS = [f"tests/core/test_{name}_on_cpu.py" for name in ("projection", "sparse", "losses")]
+CORE_TESTS = [
+    *(f"tests/core/test_{name}_on_cpu.py" for name in ("projection", "sparse", "losses", "variants")),
+    *(f"tests/ablations/test_{name}_on_cpu.py" for name in ("solvers", "tails", "old_estimates")),
+]
 QWEN3_SHAPES = ["8192x2560x151936", "8192x4096x151936"]  # Qwen3-4B and -8B: N x H x V
 STAGE_LIMIT_S = {"env": 60, "core": 200, "bench_loss": 180, "engine": 180}
 

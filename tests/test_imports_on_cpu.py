@@ -174,6 +174,7 @@ LAYER_RANK = {
     "core": 0,
     "compat": 1,
     "kernels": 1,
+    "ablations": 1,
     "platform": 2,
     "assets": 2,
     "recipes": 2,

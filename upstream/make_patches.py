@@ -23,8 +23,10 @@ message), ``verl.diff`` (edits to verl's files, written by hand), ``files/`` (ne
 PR D (TROLL for FSDP) and PR E (its Megatron backend) are generated from the package's numerical core,
 ``troll_verl/core``: the modules in :data:`MODULES_D` / :data:`MODULES_E` and the tests in :data:`TESTS_D` /
 :data:`TESTS_E` are copied into verl's tree with the import rewrites of :data:`REWRITES` and the per-file edits of
-:data:`EDITS`, which drop the ablation switches (``solver``, ``tail``, ``old_estimate``) and turn the settings that
-are not config keys into constants (:func:`troll_config`). Every rewrite and edit must match what it names, so a
+:data:`EDITS` (what is the package's alone: its measurements, the stock-verl route's engine fact, tests that need the
+package's harness), and the settings that are not config keys become constants (:func:`troll_config`). The core
+holds no ablation (they are ``troll_verl.ablations``, registered in the core's ``variants`` table), so nothing of them
+is edited out. Every rewrite and edit must match what it names, so a
 source change that breaks one stops generation with the file and the rule. ``actor.yaml``'s ``troll:`` block and
 the configuration section of ``docs/algo/troll.md`` come from the same config; verl's ``_generated_*.yaml`` are
 regenerated with verl's own ``scripts/print_cfg.py``. Generated Python is import-sorted (unused imports dropped)
@@ -73,6 +75,7 @@ TRAILERS = "Co-authored-by: Claude <noreply@anthropic.com>\n"
 MODULES_D = {
     "troll_verl/core/host.py": "verl/trainer/troll/host.py",
     "troll_verl/core/fast_paths.py": "verl/trainer/troll/fast_paths.py",
+    "troll_verl/core/variants.py": "verl/trainer/troll/variants.py",
     "troll_verl/core/projection.py": "verl/trainer/troll/projection.py",
     "troll_verl/core/support.py": "verl/trainer/troll/support.py",
     "troll_verl/core/sparse.py": "verl/trainer/troll/sparse.py",
@@ -94,6 +97,7 @@ TESTS_D = {
     "tests/core/test_projection_on_cpu.py": "tests/trainer/ppo/test_troll_projection_on_cpu.py",
     "tests/core/test_sparse_on_cpu.py": "tests/trainer/ppo/test_troll_sparse_on_cpu.py",
     "tests/core/test_losses_on_cpu.py": "tests/trainer/ppo/test_troll_losses_on_cpu.py",
+    "tests/core/test_variants_on_cpu.py": "tests/trainer/ppo/test_troll_variants_on_cpu.py",
     "tests/integration/test_seam_on_cpu.py": "tests/trainer/ppo/test_troll_ppo_loss_on_cpu.py",
 }
 TESTS_E = {
@@ -102,11 +106,10 @@ TESTS_E = {
 }
 
 # TrollConfig's fields that stay config keys (TROLL §6 names them); every other field becomes a class constant of
-# TrollConfig (not a key) with its value and docstring, and the ablation switches go with their code paths.
+# TrollConfig (not a key) with its value and docstring (the variant switches too: verl runs the core's variants)
 EXPOSED = ("kl_bound", "alpha", "topk", "ratio_level")
-ABLATIONS = {"old_estimate": "floor", "tail": "bucket", "solver": "newton"}
 
-_SUBMODULES = "host|fast_paths|projection|support|sparse|old_side|layout|terms|losses|fsdp|megatron"
+_SUBMODULES = "host|fast_paths|variants|projection|support|sparse|old_side|layout|terms|losses|fsdp|megatron"
 _USES_SETTINGS = (
     "troll_verl/core/support.py",
     "troll_verl/core/terms.py",
@@ -166,84 +169,21 @@ def drop(name: str):
     return ("drop", name)
 
 
-def keep(test: str, branch: str):
-    """Replace the ``if`` statement whose test reads ``test`` by its ``"body"`` or ``"else"`` branch, or ``"none"``."""
-    return ("keep", test, branch)
-
-
-_SOLVER = [  # projection.py: Newton only (the bisection solver was a baseline)
-    sub(r', "SOLVERS"\]', "]"),
-    sub(r"^from \.options import SOLVERS\n\n", ""),
-    drop("_solve_bisection"),
-    sub(r'^    solver: str = "newton",\n', ""),
-    sub(r"^        solver: ``\"newton\"``.*\n.*``\"bisection\"``.*\n", ""),
-    sub(r"; defaults to 30 for Newton and 24 for bisection\.", "; defaults to 30."),
-    sub(r" \(ignored by bisection\)", ""),
-    sub(r"mask, solver, max_iter, tol, eta_max\)", "mask, max_iter, tol, eta_max)", count=2),
-    sub(r'max_iter = 30 if solver == "newton" else 24', "max_iter = 30"),
-    sub(r"float\(kl_bound\), solver, int\(max_iter\)", "float(kl_bound), int(max_iter)"),
-    sub(r"^    if solver not in SOLVERS:\n.*\n", ""),
-    sub(r"kl_bound, solver, max_iter, tol, eta_max\):", "kl_bound, max_iter, tol, eta_max):"),
-    keep("solver == 'newton'", "body"),
-    sub(r"return \(None,\) \* 8", "return (None,) * 7"),
-    sub(r"(return grad\.reshape\(new\.shape\)), None, None, None, None, None, None, None$", r"\1" + ", None" * 6),
-]
-_OLD_ESTIMATE = [  # sparse.py: the paper's floor for union tokens the old pass did not store
-    sub(r"^from \.options import check_old_estimate\n", ""),
-    sub(
-        r"probability \(default\n  1e-12, ``old_estimate=\"floor\"``\) or an estimate from what the old pass did store "
-        r"\(``\"upper\"``,\n  ``\"proportional\"``; :func:`~troll_verl\.core\.old_side\.old_side_estimate` "
-        r"derives them\)\.",
-        "probability (default\n  1e-12, :func:`~troll_verl.core.old_side.old_side_estimate`).",
-    ),
-    sub(r"; the ``upper`` estimate puts them at or above it, so the sparse KL can fall slightly below\.", "."),
-    sub(r'^    old_estimate: str = "floor",\n', ""),
-    sub(r"^        old_estimate: old-side value .*\n.*\n", ""),
-    sub(r"^    check_old_estimate\(old_estimate\)\n", ""),
-    sub(r"floor, old_estimate\n    \)", "floor\n    )"),
-    sub(r" rows=rows, old_estimate=old_estimate,\n", " rows=rows,\n"),  # the fast path's call
-    # the package's measurements are not in verl
-    sub(r"median 2\.6×, ``docs/\n  benchmarks\.md``\)", "median 2.6×)"),
-    sub(r"at no extra time on the lean path \(``docs/benchmarks\.md``\)\.", "at no extra time on the lean path."),
-]
-_OLD_ESTIMATE_SUPPORT = [  # support.py: assemble_support fills in the floor only
-    sub(r", old_estimate: str = \"floor\"\n\) -> SparseSupport:", "\n) -> SparseSupport:"),
-    sub(r"floor, old_estimate\)\n", "floor)\n"),
-    sub(r"^        old_estimate: one of .*\n", ""),
-]
-_OLD_SIDE = [  # old_side.py: the floor only
-    sub(
-        r"gives it one \(the paper's floor, or an estimate bounded by what was stored\) and takes its mass out",
-        "gives it the paper's floor and takes its mass out",
-    ),
-    sub(r"floor, estimate\):\n", "floor):\n"),
-    sub(r"^    - ``upper``: .*\n(?:      .*\n)*    - ``proportional``: .*\n(?:      .*\n)*", ""),
-    sub(
-        r"Either way the tokens' mass is taken out of the old tail bucket, so the old distribution over S \+ 1 still "
-        r"sums\n    to one; where it would go negative the estimates are scaled down to fit \(and never below "
-        r"``floor``\)\.",
-        "Their mass is taken out of the old tail bucket, so the old distribution over S + 1 still sums to one.",
-    ),
-    sub(r" estimate: one of :data:`~troll_verl\.core\.options\.OLD_ESTIMATES`\.", ""),
-    keep("estimate == 'floor'", "body"),
-    sub(r"are inside the ball \(``docs/benchmarks\.md``\)\.", "are inside the ball."),
-]
+_MEASUREMENTS = {  # the package's measurements are not in verl
+    "troll_verl/core/sparse.py": [
+        sub(r"median 2\.6×, ``docs/\n  benchmarks\.md``\)", "median 2.6×)"),
+        sub(r"at no extra time on the lean path \(``docs/benchmarks\.md``\)\.", "at no extra time on the lean path."),
+    ],
+    "troll_verl/core/old_side.py": [sub(r"are inside the ball \(``docs/benchmarks\.md``\)\.", "are inside the ball.")],
+}
 _STOCK_ENGINE = [  # the fact about verl 0.9's engines that only the plugin's stock-verl route reads
     sub(r'^    "STOCK_ENGINE_KEEPS_ROWS",\n', ""),
     drop("STOCK_ENGINE_KEEPS_ROWS"),
 ]
 EDITS = {
-    "troll_verl/core/config.py": [  # the ablation switches' validation goes with them (troll_config)
-        sub(r"^from \.options import OLD_ESTIMATES, RATIO_LEVELS, SOLVERS, TAILS\n", ""),
-        sub(r'self\._choice\("ratio_level", RATIO_LEVELS\)', 'self._choice("ratio_level", ("token", "sequence"))'),
-    ],
-    "troll_verl/core/projection.py": _SOLVER,
-    "troll_verl/core/sparse.py": _OLD_ESTIMATE,
-    "troll_verl/core/old_side.py": _OLD_SIDE,
-    "troll_verl/core/support.py": [  # the tail is always a differentiable bucket (the paper's renormalisation dropped)
-        *_OLD_ESTIMATE_SUPPORT,
-        keep("cfg.tail == 'renormalize'", "none"),
-    ],
+    **_MEASUREMENTS,
+    # verl's TrollConfig lives in verl/workers/config/, away from the core's tables
+    "troll_verl/core/config.py": [sub(r"^from \.variants import", "from verl.trainer.troll.variants import")],
     # loss "troll" is registered in core_algos (prD/verl.diff), whose spec names the hooks lazily; verl's own ppo_loss
     # decides the loss metrics' aggregation there too, and no engine needs the stock-verl route's fact
     "troll_verl/core/losses.py": [
@@ -261,27 +201,12 @@ EDITS = {
             '.\n    """\n',
         ),
     ],
-    "troll_verl/core/terms.py": [sub(r"^        solver=cfg\.solver,\n", "")],
     "troll_verl/core/fsdp/losses.py": [
-        sub(r", old_estimate=cfg\.old_estimate,", ","),
         *_STOCK_ENGINE,
         sub(r'^    "stock_engine_old_rows",\n', ""),
         drop("stock_engine_old_rows"),
     ],
-    "troll_verl/core/megatron/losses.py": [sub(r", old_estimate=cfg\.old_estimate,", ","), *_STOCK_ENGINE],
-    "tests/core/test_projection_on_cpu.py": [
-        sub(r'^@pytest\.mark\.parametrize\("solver", \["newton", "bisection"\]\)\n', ""),
-        sub(r"test_matches_brute_force_float64\(scale, solver\)", "test_matches_brute_force_float64(scale)"),
-        sub(r', solver=solver, max_iter=200 if solver == "bisection" else None\)', ")"),
-        drop("test_solvers_agree_and_newton_uses_fewer_passes"),
-        sub(r'^        \(\{"solver": "brent"\}, "solver"\),\n', ""),
-    ],
-    "tests/core/test_sparse_on_cpu.py": [
-        drop("test_old_estimates_keep_the_old_side_a_distribution_within_its_bounds"),
-        drop("test_the_floor_inflates_the_kl_of_a_policy_that_barely_moved"),
-        drop("test_old_estimate_is_validated"),
-        drop("_long_tail_pair"),
-    ],
+    "troll_verl/core/megatron/losses.py": _STOCK_ENGINE,
     "tests/core/test_losses_on_cpu.py": [
         # the cap is a constant (10): a log-ratio of 50 is capped
         sub(r'ratio_level="sequence", alpha=0\.0, seq_log_ratio_cap=1e-3\)', 'ratio_level="sequence", alpha=0.0)'),
@@ -290,13 +215,6 @@ EDITS = {
             'old = d["old_lp"] - 50.0  # every sequence ratio ≫ exp(cap)',
         ),
         sub(r"math\.exp\(1e-3\)", "math.exp(TrollConfig.seq_log_ratio_cap)"),
-        sub(r'^@pytest\.mark\.parametrize\("tail", \["bucket", "renormalize"\]\)\n', ""),
-        sub(
-            r"test_zero_advantages_give_exactly_zero_gradient_in_fp32\(ratio_level, tail\)",
-            "test_zero_advantages_give_exactly_zero_gradient_in_fp32(ratio_level)",
-        ),
-        sub(r"ratio_level=ratio_level, tail=tail, topk=K\)", "ratio_level=ratio_level, topk=K)"),
-        drop("test_tail_bucket_gradient_pulls_leaked_mass_back"),
         # it caps eta through the config's eta_max, a constant upstream
         drop("test_a_bound_the_solver_cannot_reach_is_reported"),
     ],
@@ -357,55 +275,34 @@ def apply_edit(source: str, text: str, edit: tuple) -> str:
         if n != count:
             raise GenerationError(f"edit sub({pattern!r}) matched {source} {n} times, not {count}")
         return text
+    (name,) = args  # drop
     lines = text.splitlines(keepends=True)
-    tree = ast.parse(text)
-    if kind == "drop":
-        (name,) = args
-        nodes = _definitions(tree, name)
-        if len(nodes) != 1:
-            raise GenerationError(f"edit drop({name!r}) found {len(nodes)} definitions in {source}, not 1")
-        node = nodes[0]
-        start = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])]) - 1
-        while start > 0 and lines[start - 1].strip().startswith("#"):
-            start -= 1
-        return "".join(lines[:start] + lines[node.end_lineno :])
-    test, branch = args
-    nodes = [n for n in ast.walk(tree) if isinstance(n, ast.If) and ast.unparse(n.test) == test]
+    nodes = _definitions(ast.parse(text), name)
     if len(nodes) != 1:
-        raise GenerationError(f"edit keep({test!r}) found {len(nodes)} if-statements in {source}, not 1")
+        raise GenerationError(f"edit drop({name!r}) found {len(nodes)} definitions in {source}, not 1")
     node = nodes[0]
-    start, end = node.lineno - 1, node.end_lineno
-    if branch == "none":
-        if node.orelse:
-            raise GenerationError(f"edit keep({test!r}, 'none') in {source}: the if-statement has an else branch")
-        kept = []
-    elif branch == "body":
-        kept = lines[node.lineno : node.body[-1].end_lineno]
-    else:
-        else_line = next(i for i in range(node.body[-1].end_lineno, node.orelse[0].lineno) if "else:" in lines[i])
-        kept = lines[else_line + 1 : node.orelse[-1].end_lineno]
-    indent = len(lines[start]) - len(lines[start].lstrip())
-    kept = textwrap.dedent("".join(kept)) if kept else ""
-    kept = textwrap.indent(kept, " " * indent)
-    return "".join(lines[:start]) + kept + "".join(lines[end:])
+    start = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])]) - 1
+    while start > 0 and lines[start - 1].strip().startswith("#"):
+        start -= 1
+    return "".join(lines[:start] + lines[node.end_lineno :])
 
 
 def troll_config(text: str) -> str:
     """verl's ``TrollConfig`` from the package's: the :data:`EXPOSED` fields stay config keys; every other field
-    becomes a class constant (``ClassVar``, not a key) with its value and its docstring entry as a comment; the
-    ablation switches (:data:`ABLATIONS`) go, with their validation."""
+    becomes a class constant (``ClassVar``, not a key) with its value and its docstring entry as a comment, and its
+    validation goes."""
     tree = ast.parse(text)
     cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "TrollConfig")
     fields = [n for n in cls.body if isinstance(n, ast.AnnAssign) and "ClassVar" not in ast.unparse(n.annotation)]
     names = [f.target.id for f in fields]
-    missing = [name for name in (*EXPOSED, *ABLATIONS) if name not in names]
+    missing = [name for name in EXPOSED if name not in names]
     if missing:
-        raise GenerationError(f"troll_verl/core/config.py: TrollConfig lacks {missing}; update EXPOSED/ABLATIONS")
+        raise GenerationError(f"troll_verl/core/config.py: TrollConfig lacks {missing}; update EXPOSED")
     described = _docstring_args(cls)
     lines = text.splitlines(keepends=True)
     drop_lines: set[int] = set()
     replace: dict[int, str] = {}
-    fixed = [f for f in fields if f.target.id not in EXPOSED and f.target.id not in ABLATIONS]
+    fixed = [f for f in fields if f.target.id not in EXPOSED]
     for f in fields:
         name = f.target.id
         if name in EXPOSED:
@@ -537,9 +434,6 @@ def rewrite(source: str, text: str) -> str:
     leftover = [line for line in text.splitlines() if any(n in line for n in names_package) and line != COPYRIGHT]
     if leftover:
         raise GenerationError(f"{source} still names the package after rewriting: {leftover[:3]}")
-    for name in ABLATIONS:
-        if source.startswith("troll_verl/core/") and re.search(rf"\bcfg\.{name}\b|\b{name}=", text):
-            raise GenerationError(f"{source} still reads the ablation switch {name!r}; add an edit to EDITS")
     return text
 
 

@@ -11,43 +11,8 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Every core test runs on both of the core's paths (``troll_verl.core.host``): ``host-reads``, the CPU's (trimmed
-support widths, the solver's early exit), and ``sync-free``, the accelerator's (``TROLL_SYNC_FREE=1``: fixed widths,
-every row through the solver, no read-back but the metrics). The second is how a GPU runs the core; here it catches,
-on the CPU, a test or a code path that only holds where values are read back.
+"""Every core test runs on both of the core's paths: :mod:`troll_verl.testing.host_modes`."""
 
-Not doubled: the kernels (they read nothing back), tests marked ``slow`` (their processes would not see the
-variable), tests marked ``own_host_mode``, which set the variable themselves, and every test where the core runs on
-an accelerator (``TROLL_TEST_DEVICE=cuda``: there both would be the sync-free path).
-"""
+from troll_verl.testing.host_modes import host_mode, pytest_generate_tests
 
-from __future__ import annotations
-
-import os
-
-import pytest
-
-from troll_verl.core.host import SYNC_FREE_ENV
-
-HOST_MODES = ("host-reads", "sync-free")
-
-
-def pytest_generate_tests(metafunc):
-    if "host_mode" not in metafunc.fixturenames or "kernels" in metafunc.definition.path.parts:
-        return
-    if os.environ.get("TROLL_TEST_DEVICE", "cpu") != "cpu":
-        return
-    if metafunc.definition.get_closest_marker("slow") or metafunc.definition.get_closest_marker("own_host_mode"):
-        return
-    metafunc.parametrize("host_mode", HOST_MODES, indirect=True)
-
-
-@pytest.fixture(autouse=True)
-def host_mode(request, monkeypatch):
-    """The core path this test runs on: ``host-reads`` unless parametrized (see the module's docstring)."""
-    mode = getattr(request, "param", "host-reads")
-    if mode == "sync-free":
-        monkeypatch.setenv(SYNC_FREE_ENV, "1")
-    else:
-        monkeypatch.delenv(SYNC_FREE_ENV, raising=False)
-    return mode
+__all__ = ["host_mode", "pytest_generate_tests"]

@@ -67,6 +67,15 @@ def test_invalid_values_name_the_field(field, value):
         TrollPolicyLossConfig(**{field: value})
 
 
+def test_the_variant_switches_take_the_ablations_and_name_how_to_add_others():
+    """troll-verl's settings register the ablations (troll_verl.ablations): every value of theirs is accepted, and a
+    value nobody registered is refused with the registered ones listed and the way to add one."""
+    cfg = TrollPolicyLossConfig(solver="bisection", tail="renormalize", old_estimate="proportional")
+    assert (cfg.solver, cfg.tail, cfg.old_estimate) == ("bisection", "renormalize", "proportional")
+    with pytest.raises(ValueError, match=r"tail must be one of \['bucket', 'renormalize'\], got 'drop'; an extension"):
+        TrollPolicyLossConfig(tail="drop")
+
+
 def test_target_path_instantiates_and_validates():
     node = OmegaConf.create(
         {"_target_": "troll_verl.config.TrollPolicyLossConfig", "loss_mode": "troll", "kl_bound": 0.01, "topk": 16}

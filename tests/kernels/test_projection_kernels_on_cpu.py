@@ -24,6 +24,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from troll_verl import ablations  # noqa: F401  (registers tail "renormalize")
 from troll_verl.core import projection as torch_projection
 from troll_verl.core.projection import project
 from troll_verl.core.sparse import old_topk_from_logits, troll_sparse_from_logits

@@ -24,7 +24,7 @@ from typing import Any, ClassVar
 import torch
 from verl.base_config import BaseConfig
 
-from .options import OLD_ESTIMATES, RATIO_LEVELS, SOLVERS, TAILS
+from .variants import CORE_VARIANTS, RATIO_LEVELS, variant_names
 
 __all__ = ["TrollConfig", "VALUE_DTYPES"]
 
@@ -43,14 +43,14 @@ class TrollConfig(BaseConfig):
         mass_delta (float): δ, tokens are kept until their mass reaches 1 − δ. Paper: 1e-5.
         floor (float): probability given to a token the old policy did not store. Paper: 1e-12.
         old_estimate (str): old-side value of a union token the old pass did not store: ``"floor"`` (the paper's
-            ``floor``), ``"upper"`` (the smallest stored old probability, the largest the token can have) or
-            ``"proportional"`` (the old tail mass shared out like the current policy's, capped likewise).
-        tail (str): ``"bucket"`` (default) keeps the mass outside the support as one differentiable category;
-            ``"renormalize"`` drops it and renormalises on the support (the paper's treatment; ablation only).
+            ``floor``) or the name of another estimate registered in ``variants``.
+        tail (str): ``"bucket"`` (default) keeps the mass outside the support as one differentiable category, or the
+            name of another tail registered in ``variants``.
         ratio_level (str): ``"token"`` (GRPO, Dr.GRPO, PPO) or ``"sequence"`` (GSPO: the ratio is built from the
             projected log-probs at sequence level, TROLL §7).
         seq_log_ratio_cap (float): upper clamp of the sequence-level log-ratio (reference: 10).
-        solver (str): ``"newton"`` (safeguarded Newton, default) or ``"bisection"``.
+        solver (str): ``"newton"`` (safeguarded Newton, default) or the name of another solver registered in
+            ``variants``.
         solver_max_iter (int): iteration cap of the solver.
         solver_tol (float | None): Newton step tolerance in log w; None picks a dtype default.
         eta_max (float): largest η the solver may use; residual violations are reported as metrics.
@@ -90,10 +90,10 @@ class TrollConfig(BaseConfig):
             value = getattr(self, name)
             if not _is_number(value) or not (0.0 < value < 1.0):
                 raise ValueError(f"{prefix}.{name} must lie in (0, 1) (the paper uses {paper}), got {value!r}.")
-        self._choice("old_estimate", OLD_ESTIMATES)
-        self._choice("tail", TAILS)
+        self._choice("old_estimate", variant_names("old_estimate"))
+        self._choice("tail", variant_names("tail"))
+        self._choice("solver", variant_names("solver"))
         self._choice("ratio_level", RATIO_LEVELS)
-        self._choice("solver", SOLVERS)
         self._choice("old_value_dtype", tuple(VALUE_DTYPES))
         self._positive_float("seq_log_ratio_cap", "the reference uses 10")
         self._positive_float("eta_max", "default 1e6")
@@ -119,7 +119,9 @@ class TrollConfig(BaseConfig):
     def _choice(self, name: str, options: tuple[str, ...]) -> None:
         value = getattr(self, name)
         if value not in options:
-            raise ValueError(f"{self.key_prefix}.{name} must be one of {list(options)}, got {value!r}.")
+            # a variant switch takes the names registered in variants.py besides the core's
+            hint = "; an extension registers others with register_variant" if name in CORE_VARIANTS else ""
+            raise ValueError(f"{self.key_prefix}.{name} must be one of {list(options)}, got {value!r}{hint}.")
 
 
 def _is_number(value: Any) -> bool:

@@ -15,13 +15,15 @@
 
 The old-log-prob pass stores the old policy's top-K and the mass outside it; verl stores the sampled token's old
 log-prob. A union token that only the current policy brought in has no stored old value: :func:`old_side_estimate`
-gives it one (the paper's floor, or an estimate bounded by what was stored) and takes its mass out of the old tail
-bucket. Called by :func:`troll_verl.core.support.assemble_support` for every backend.
+gives it the paper's floor (or another estimate registered in :mod:`.variants`) and takes its mass out of the old
+tail bucket. Called by :func:`troll_verl.core.support.assemble_support` for every backend.
 """
 
 from __future__ import annotations
 
 import torch
+
+from .variants import variant
 
 __all__ = ["old_side_estimate"]
 
@@ -37,16 +39,15 @@ def old_side_estimate(new, ids, old_u, valid, old, sampled, sampled_old_lp, floo
                                                    the least likely stored one)
         Σ_{a ∉ T} q_a ≤ m_T                       (they all come out of the mass outside T).
 
-    - ``floor`` (the paper, TROLL §5): ``q_a = floor`` (1e-12). Far below the truth when π_old has a long tail
-      (a sampled LLM at T=1), so ``π̃_a log(π̃_a / q_a)`` inflates KL(π̃ ‖ π_old) and TROLL projects tokens that
-      are inside the ball (``docs/benchmarks.md``).
-    - ``upper``: ``q_a = min(p_K, m_T)``, the largest value the bounds allow. ``x ↦ π̃_a log(π̃_a / x)`` falls in
-      x, so each such term is at most the true one: the estimate can under-state the KL, never inflate it.
-    - ``proportional``: the old tail mass shared out like the current policy's mass outside T, capped by the bound,
-      ``q_a = min(p_K, m_T · π̃_a / Σ_{b∉T} π̃_b)`` (π̃ detached): exact when the two policies agree outside T.
+    ``estimate="floor"`` (the paper, TROLL §5, the core's) gives each ``q_a = floor`` (1e-12), far below the truth
+    when π_old has a long tail (a sampled LLM at T=1), so ``π̃_a log(π̃_a / q_a)`` inflates KL(π̃ ‖ π_old) and TROLL
+    projects tokens that are inside the ball (``docs/benchmarks.md``). Another estimate registered under ``estimate``
+    (:mod:`.variants`) gets ``(new, old_u, unknown, stored, old, room, floor)``: ``unknown`` and ``stored`` ``(c, S)``
+    bool, ``room`` ``(c,)`` float64, the old tail mass the unknown tokens may take (``m_T`` less the sampled token's
+    mass where it is outside T, less ``floor``); it returns ``(old_u, q)``, ``old_u`` with the unknown tokens' log
+    ``q`` and ``q`` ``(c, S)`` float64, 0 where not unknown.
 
-    Either way the tokens' mass is taken out of the old tail bucket, so the old distribution over S + 1 still sums
-    to one; where it would go negative the estimates are scaled down to fit (and never below ``floor``).
+    The tokens' mass ``q`` is taken out of the old tail bucket, so the old distribution over S + 1 still sums to one.
 
     Args:
         new: ``(c, S)`` the current policy's log-probs on the union support (compute dtype).
@@ -54,11 +55,12 @@ def old_side_estimate(new, ids, old_u, valid, old, sampled, sampled_old_lp, floo
         old_u: ``(c, S)`` old log-probs where known (the floor elsewhere).
         old: the stored :class:`~troll_verl.core.sparse.OldTopK` of the same ``c`` tokens.
         sampled, sampled_old_lp: ``(c,)`` the sampled ids and their exact old log-probs.
-        floor: the floor probability. estimate: one of :data:`~troll_verl.core.options.OLD_ESTIMATES`.
+        floor: the floor probability. estimate: ``"floor"`` or a registered estimate's name.
 
     Returns:
         ``(old_u (c, S), old_tail (c,))`` log-probs in ``new``'s dtype.
     """
+    estimate_fn = variant("old_estimate", estimate)  # None: the floor, the core's
     cdt = new.dtype
     dtype = torch.float64
     old_valid = old.ids >= 0
@@ -70,22 +72,10 @@ def old_side_estimate(new, ids, old_u, valid, old, sampled, sampled_old_lp, floo
     in_old = (old.ids.long() == sampled[:, None]).any(-1)
     sampled_extra = torch.where(in_old, 0.0, sampled_old_lp.to(dtype).exp())
     tail_mass = old.tail_logprob.to(dtype).exp()
-    if estimate == "floor":
+    if estimate_fn is None:
         q = torch.where(unknown, torch.full_like(old_u, floor, dtype=dtype), 0.0)
     else:
-        p_k = torch.where(old_valid, old.logprobs.to(dtype), float("inf")).amin(-1).exp()
-        cap = torch.minimum(p_k, tail_mass)[:, None]
-        if estimate == "upper":
-            q = cap.expand_as(old_u)
-        else:
-            pi = torch.exp(new.detach().to(dtype))
-            outside = (1.0 - torch.where(stored, pi, 0.0).sum(-1)).clamp_min(torch.finfo(dtype).tiny)
-            q = torch.minimum(cap, tail_mass[:, None] * pi / outside[:, None])
-        q = torch.where(unknown, q.clamp_min(floor), 0.0)
         room = (tail_mass - sampled_extra - floor).clamp_min(0.0)
-        total = q.sum(-1)
-        scale = torch.where(total > room, room / total.clamp_min(torch.finfo(dtype).tiny), 1.0)
-        q = torch.where(unknown, (q * scale[:, None]).clamp_min(floor), 0.0)
-        old_u = torch.where(unknown, torch.log(q).to(old_u.dtype), old_u)
+        old_u, q = estimate_fn(new, old_u, unknown, stored, old, room, floor)
     old_tail = torch.log((tail_mass - sampled_extra - q.sum(-1)).clamp_min(floor)).to(cdt)
     return old_u, old_tail

@@ -43,9 +43,9 @@ import torch
 from torch.autograd.function import once_differentiable
 
 from .host import host_reads
-from .options import SOLVERS
+from .variants import variant
 
-__all__ = ["ProjectionResult", "project", "compute_dtype", "full_precision", "SOLVERS"]
+__all__ = ["ProjectionResult", "project", "compute_dtype", "full_precision"]
 
 
 # Safety margin on the bound: the solver aims at ε·(1 − margin) − _MARGIN_ULPS·M·eps(dtype) per row, M the
@@ -107,26 +107,27 @@ def project(
         mask: optional bool ``(..., S)``; False entries are not part of the support. Their values are ignored
             and passed through to the output unchanged (with identity gradient). Rows without any True entry
             are left unchanged.
-        solver: ``"newton"`` (safeguarded Newton in log w with bisection fallback, default) or
-            ``"bisection"`` (plain bisection in log η over [−8, log eta_max], the baseline).
-        max_iter: iteration cap; defaults to 30 for Newton and 24 for bisection.
-        tol: stopping tolerance on the Newton step in log w (ignored by bisection).
+        solver: ``"newton"`` (safeguarded Newton in log w with bisection fallback, the core's) or another solver
+            registered under that name (:mod:`.variants`).
+        max_iter: iteration cap; defaults to 30.
+        tol: stopping tolerance on the Newton step in log w; None picks a dtype default.
         eta_max: largest admissible η; rows that still violate the bound there report it in ``kl_after``.
 
     Returns:
         A :class:`ProjectionResult`. Non-finite values in unmasked entries make the whole row NaN (output,
         η and KLs); they are never turned into finite numbers.
     """
-    _check_args(new_logprobs, old_logprobs, kl_bound, mask, solver, max_iter, tol, eta_max)
+    _check_args(new_logprobs, old_logprobs, kl_bound, mask, max_iter, tol, eta_max)
+    solve = variant("solver", solver)  # None: Newton, the core's
     if max_iter is None:
-        max_iter = 30 if solver == "newton" else 24
+        max_iter = 30
     out, eta, kl_before, kl_after, projected, iters = _KLProjection.apply(
-        new_logprobs, old_logprobs, mask, float(kl_bound), solver, int(max_iter), tol, float(eta_max)
+        new_logprobs, old_logprobs, mask, float(kl_bound), solve, int(max_iter), tol, float(eta_max)
     )
     return ProjectionResult(out, eta, kl_before, kl_after, projected, iters)
 
 
-def _check_args(new, old, kl_bound, mask, solver, max_iter, tol, eta_max) -> None:
+def _check_args(new, old, kl_bound, mask, max_iter, tol, eta_max) -> None:
     if not isinstance(new, torch.Tensor) or not isinstance(old, torch.Tensor):
         raise ValueError("new_logprobs and old_logprobs must be torch.Tensors of shape (..., S).")
     if new.shape != old.shape:
@@ -155,8 +156,6 @@ def _check_args(new, old, kl_bound, mask, solver, max_iter, tol, eta_max) -> Non
         kl_bound = kl_bound.item()
     if not isinstance(kl_bound, int | float) or not math.isfinite(kl_bound) or kl_bound <= 0:
         raise ValueError(f"kl_bound must be a finite float > 0 (the paper uses 0.05), got {kl_bound!r}.")
-    if solver not in SOLVERS:
-        raise ValueError(f"solver must be one of {SOLVERS}, got {solver!r}.")
     if max_iter is not None and (not isinstance(max_iter, int) or max_iter < 1):
         raise ValueError(f"max_iter must be an int >= 1, got {max_iter!r}.")
     if tol is not None and not (isinstance(tol, int | float) and tol > 0):
@@ -328,21 +327,6 @@ def _solve_newton(moments, kl0, target, w_min, max_iter, tol, active, host):
     return u, iters
 
 
-def _solve_bisection(moments, kl0, target, w_min, max_iter):
-    """Plain bisection on v = log η ∈ [−8, log η_max]; returns the feasible (large-η) end and ``max_iter`` as a 0-d
-    int64 tensor."""
-    a = torch.full_like(kl0, -8.0)  # infeasible side: small η
-    b = torch.full_like(kl0, math.log(1.0 / w_min - 1.0))
-    for _ in range(max_iter):
-        v = 0.5 * (a + b)
-        w = 1.0 / (1.0 + torch.exp(v))
-        kl, _ = moments(w, need_var=False)
-        feas = kl <= target
-        b = torch.where(feas, v, b)
-        a = torch.where(feas, a, v)
-    return torch.log(1.0 / (1.0 + torch.exp(b))), torch.tensor(max_iter, device=kl0.device)
-
-
 def _projected_rows(lo_p, s_p, w_p):
     """log π_w for rows ``(R, S)`` at their ``w`` ``(R,)`` (−inf at masked entries)."""
     x = torch.addcmul(lo_p, s_p, w_p[:, None])
@@ -371,7 +355,7 @@ class _KLProjection(torch.autograd.Function):
 
     @staticmethod
     @full_precision
-    def forward(ctx, new, old, mask, kl_bound, solver, max_iter, tol, eta_max):
+    def forward(ctx, new, old, mask, kl_bound, solve, max_iter, tol, eta_max):
         """Solve η* per row and return the projected log-probs with the solver's diagnostics (class docstring)."""
         lo, s, kl_before, valid, row_ok = _prepare(new, old, mask)
         cdt = lo.dtype
@@ -390,12 +374,11 @@ class _KLProjection(torch.autograd.Function):
         else:
             moments = _Moments(s, lo, center=kl_before)
             w_min = 1.0 / (1.0 + eta_max)
-            if solver == "newton":
+            if solve is None:
                 tol = tol or _DEFAULT_TOL[cdt]
                 u, iters = _solve_newton(moments, kl_before, target, w_min, max_iter, tol, projected, host)
             else:
-                u, iters = _solve_bisection(moments, kl_before, target, w_min, max_iter)
-                iters = torch.where(projected.any(), iters, 0)
+                u, iters = solve(moments, kl_before, target, w_min, max_iter, tol, projected, host)
             w = torch.where(projected, torch.exp(u), 1.0)
             lp, kl_w = moments.logprobs(w)
             kl_after = torch.where(projected, kl_w, kl_before)

@@ -24,8 +24,8 @@ Floor and tail treatment (our decision, documented in ``docs/troll.md``):
 - The current policy's log-probs on S are exact (gathered from its logits), whichever side put the token in S.
 - The old policy is known only on its stored top-K and at the sampled token (verl's ``old_log_probs``). A token
   that only the current policy brought into S takes, on the old side, the paper's floor probability (default
-  1e-12, ``old_estimate="floor"``) or an estimate from what the old pass did store (``"upper"``,
-  ``"proportional"``; :func:`~troll_verl.core.old_side.old_side_estimate` derives them).
+  1e-12, ``old_estimate="floor"``) or another estimate registered with :mod:`.variants`
+  (:func:`~troll_verl.core.old_side.old_side_estimate`).
 - NOTE: the paper drops the tail. Here the tail is an explicit category on both sides: ``log(1 − Σ_S π)``,
   computed exactly from the logits (float64 accumulation) and **differentiable** for the current policy. So
   KL(π̃ ‖ π_old) and the regression term KL(π̃ ‖ sg π) see mass that leaks out of S, and the gradient pulls it
@@ -62,7 +62,6 @@ from torch.autograd.function import once_differentiable
 
 from .fast_paths import fast_path
 from .host import host_reads
-from .options import check_old_estimate
 from .projection import compute_dtype, full_precision
 from .support import OldTopK, SparseSupport, assemble_support, check_sparse_inputs, check_support_args
 
@@ -571,8 +570,8 @@ def troll_sparse_from_logits(
             memory and speed, not results.
         rows: optional ``(N,)`` int64 indices of the rows of ``logits`` these N tokens are (e.g. the response
             positions of a packed sequence); the other rows get zero gradient. Default: all rows.
-        old_estimate: old-side value of union tokens the old pass did not store: ``floor`` (the paper),
-            ``upper`` or ``proportional`` (see :func:`~troll_verl.core.old_side.old_side_estimate`).
+        old_estimate: old-side value of union tokens the old pass did not store: ``floor`` (the paper) or a
+            registered estimate's name (see :func:`~troll_verl.core.old_side.old_side_estimate`).
         statistics: the per-chunk statistics of the logits' vocabulary layout; default the whole vocabulary on
             this rank (a backend that shards it passes its own, e.g. Megatron's vocabulary-parallel ones).
 
@@ -590,7 +589,6 @@ def troll_sparse_from_logits(
             return result
     _check_logits("logits", logits)
     check_support_args(topk, mass_delta, floor)
-    check_old_estimate(old_estimate)
     V = logits.shape[1]
     N = logits.shape[0] if rows is None else _check_rows(rows, logits.shape[0])
     sampled = sampled_ids.long()

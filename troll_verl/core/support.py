@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import torch
 
 from .old_side import old_side_estimate
+from .variants import variant
 
 if TYPE_CHECKING:  # the settings class is verl's BaseConfig; projected_support needs only its values
     from .config import TrollConfig
@@ -121,7 +122,7 @@ def assemble_support(
         new: ``(N, S)`` current log-probs on the union; tail: ``(N,)`` its tail log-mass (clamped to the floor).
         ids, old_u, valid: ``(N, S)`` the union ids, the old log-probs known so far and the valid slots.
         old: the stored :class:`OldTopK`. sampled, sampled_old_lp: ``(N,)``. floor: the floor probability.
-        old_estimate: one of :data:`~troll_verl.core.options.OLD_ESTIMATES`.
+        old_estimate: ``"floor"`` or a registered estimate's name (:mod:`.variants`).
 
     Returns:
         :class:`SparseSupport` with ``(N, S + 1)`` fields.
@@ -170,13 +171,10 @@ def projected_support(
     support: SparseSupport, cfg: TrollConfig, row_mask: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """What the projection acts on: ``(log-probs (..., S + 1), mask (..., S + 1))`` of the current policy on the
-    support, the tokens outside ``row_mask`` masked out entirely (identity, zero terms)."""
+    support, the tokens outside ``row_mask`` masked out entirely (identity, zero terms). The tail bucket is a
+    category of its own (``cfg.tail="bucket"``, the core's); another tail registered under ``cfg.tail``
+    (:mod:`.variants`) returns both from these."""
     new_lp = support.new_logprobs
     sup_mask = support.mask if row_mask is None else support.mask & row_mask[..., None]
-    if cfg.tail == "renormalize":
-        # NOTE: the paper's treatment (ablation): drop the tail bucket and renormalise on the union support.
-        sup_mask = sup_mask.clone()
-        sup_mask[..., -1] = False
-        lse = torch.logsumexp(new_lp.masked_fill(~sup_mask, float("-inf")), dim=-1, keepdim=True)
-        new_lp = new_lp - torch.where(torch.isfinite(lse), lse, 0.0)
-    return new_lp, sup_mask
+    tail = variant("tail", cfg.tail)  # None: the bucket, the core's
+    return (new_lp, sup_mask) if tail is None else tail(new_lp, sup_mask)

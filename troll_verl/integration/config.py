@@ -29,6 +29,7 @@ from typing import Any, ClassVar
 
 from verl.workers.config import PolicyLossConfig
 
+from troll_verl import ablations
 from troll_verl.core.config import VALUE_DTYPES, TrollConfig
 from troll_verl.kernels import KERNEL_CHOICES
 
@@ -43,6 +44,10 @@ __all__ = [
 # ``_target_`` of this module's settings class, and of verl's stock policy-loss config
 POLICY_LOSS_CONFIG_TARGET = "troll_verl.config.TrollPolicyLossConfig"
 _VERL_POLICY_LOSS_TARGET = "verl.workers.config.PolicyLossConfig"
+
+# TROLL's switches accept the ablations' values too (solver bisection, tail renormalize, old_estimate upper and
+# proportional) wherever troll-verl's settings are read
+ablations.register()
 
 
 @dataclass

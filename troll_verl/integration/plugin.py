@@ -43,6 +43,8 @@ agent loop                  verl's agent-loop registry (``register``)  when verl
 ``seeded_single_turn_agent``                                          loads (the module registers itself)
 the Triton kernels          the core's ``fast_paths`` (not verl's)    with the policy loss (the package
                                                                       registers them when imported)
+the ablations (solver,      the core's ``variants`` (not verl's)      with the policy loss and with
+tail, old-side estimates)                                             TROLL's settings (likewise)
 ==========================  ========================================  =====================================
 
 Every registration at start-up is in this module, but for the agent loop, which registers itself with verl's
@@ -257,8 +259,10 @@ def _register_policy_loss(core_algos) -> None:
             f"verl's policy-loss registry already has {POLICY_LOSS_NAME!r} ({existing.__module__}."
             f"{existing.__qualname__}); verl would silently overwrite it. Uninstall the other plugin."
         )
-    # the core's fast paths: the kernels decline every call they do not serve (troll_verl.kernels)
+    # the core's fast paths: the kernels decline every call they do not serve (troll_verl.kernels); the core's
+    # variants: the ablations' solver, tail and old-side estimates (troll_verl.ablations)
     importlib.import_module("troll_verl.kernels")
+    importlib.import_module("troll_verl.ablations")
     if seam_available():
         spec = troll_policy_loss_spec(core_algos)
         core_algos.register_policy_loss(POLICY_LOSS_NAME, spec=spec)(troll_policy_loss_seam)

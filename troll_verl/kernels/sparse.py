@@ -32,7 +32,6 @@ import math
 import torch
 from torch.autograd.function import once_differentiable
 
-from troll_verl.core.options import check_old_estimate
 from troll_verl.core.projection import full_precision
 from troll_verl.core.support import OldTopK, SparseSupport, assemble_support, check_sparse_inputs, check_support_args
 
@@ -117,7 +116,6 @@ def troll_sparse_from_logits(
     """
     _check_logits(logits)
     check_support_args(topk, mass_delta, floor)
-    check_old_estimate(old_estimate)
     n = _check_rows(rows, logits.shape[0])
     sampled = sampled_ids.long()
     check_sparse_inputs(n, sampled, old, old_sampled_logprob)

@@ -27,6 +27,15 @@ def kl(logp: torch.Tensor, logq: torch.Tensor) -> torch.Tensor:
     return torch.where(p > 0, p * (logp - logq), torch.zeros_like(p)).sum(-1)
 
 
+def logprob_pair(rows: int, S: int, scale: float, seed: int = 0, dtype=torch.float64):
+    """``(new, old)`` log-probs ``(rows, S)`` in ``dtype``: random logits at ``scale`` for the old policy, the new one
+    that far again from it (seeded)."""
+    g = torch.Generator().manual_seed(seed)
+    a = torch.randn(rows, S, generator=g, dtype=torch.float64) * scale
+    b = a + torch.randn(rows, S, generator=g, dtype=torch.float64) * scale
+    return torch.log_softmax(b, -1).to(dtype), torch.log_softmax(a, -1).to(dtype)
+
+
 def interpolate(new: torch.Tensor, old: torch.Tensor, eta: float) -> torch.Tensor:
     """log π_η = log_softmax((log π̃ + η log π_old) / (1 + η)) for one row (TROLL §1), float64."""
     return torch.log_softmax((new.double() + eta * old.double()) / (1.0 + eta), dim=-1)

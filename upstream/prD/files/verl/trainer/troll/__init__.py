@@ -23,6 +23,8 @@ distribution onto a KL ball around the old one, computed on sparse top-K token d
 - ``sparse.py``: the sparse supports (top-K, mass rule, union, tail bucket), computed lean from the logits.
 - ``terms.py``, ``losses.py``: the per-token terms, the loss and its hooks on the logits.
 - ``layout.py``, ``fsdp/``: where the per-token data sits in a micro-batch, and the FSDP engine's hooks.
+- ``fast_paths.py``, ``variants.py``: where an extension registers faster implementations (fused kernels) and other
+  variants than the paper's (solver, tail, old-side estimate); both empty here.
 
 The loss is registered in :mod:`verl.trainer.ppo.core_algos`, which imports these modules on first use.
 """
