@@ -82,11 +82,20 @@ def _update(worker, batch, old, mini_batch_size=4):
     return tu.get(worker.update_actor(data), "metrics"), data
 
 
-def _assert_matches_reference(metrics, reference, rel=1e-5):
+# The first mini-batch's values (before any optimizer step) match the recorded ones to rel 1e-5. The second comes
+# after one Adam step, which carries the CPU's fp32 kernels' rounding (they differ between machines: an AMD EPYC put
+# the second KL 5.5e-5 and pg_loss 1.2e-5 away from the values recorded on another machine): rel 1e-3 there, far
+# tighter than what an old distribution from the moved policy does (the planted bug below: the second pg_loss goes
+# from +0.433 to -0.421, grad_norm from 142.8 to 95.0).
+REL_BEFORE_STEP, REL_AFTER_STEP = 1e-5, 1e-3
+
+
+def _assert_matches_reference(metrics, reference):
     for key, expected in reference.items():
         got = [float(v) for v in metrics[key]]
         assert len(got) == len(expected), key
-        for g, e in zip(got, expected, strict=True):
+        for index, (g, e) in enumerate(zip(got, expected, strict=True)):
+            rel = REL_BEFORE_STEP if index == 0 else REL_AFTER_STEP
             assert math.isclose(g, e, rel_tol=rel, abs_tol=1e-9), (key, got, expected)
 
 
@@ -216,5 +225,7 @@ def test_the_rollouts_top_k_on_the_update_batch_becomes_the_old_top_k(model_dir)
         assert 0.0 <= metrics["troll/rollout_tail_mass"][0] < 1.0, route
         for key in ("actor/pg_loss", "grad_norm", "troll/projected_frac", "troll/kl_before"):
             got, want = [float(v) for v in metrics[key]], [float(v) for v in reference[key]]
-            assert got == pytest.approx(want, rel=1e-5, abs=1e-8), (route, key)  # float32 rows
+            # float32 rows: a KL near 0 (the first mini-batch, before any step) carries their rounding, up to 2.1e-8
+            # measured on an AMD EPYC
+            assert got == pytest.approx(want, rel=1e-5, abs=1e-7), (route, key)
     assert runs["v1"]["troll/rollout_tail_mass"] == runs["legacy"]["troll/rollout_tail_mass"]
