@@ -23,8 +23,9 @@ message), ``verl.diff`` (edits to verl's files, written by hand), ``files/`` (ne
 PR D (TROLL for FSDP) and PR E (its Megatron backend) are generated from the package's numerical core,
 ``troll_verl/core``: the modules in :data:`MODULES_D` / :data:`MODULES_E` and the tests in :data:`TESTS_D` /
 :data:`TESTS_E` are copied into verl's tree with the import rewrites of :data:`REWRITES` and the per-file edits of
-:data:`EDITS` (what is the package's alone: its measurements, the stock-verl route's engine fact, tests that need the
-package's harness), and the settings that are not config keys become constants (:func:`troll_config`). The core
+:data:`EDITS` (the one import that differs, ``TrollConfig``'s module in verl, and tests that need the package's
+harness or a setting that is a constant in verl), and the settings that are not config keys become constants
+(:func:`troll_config`). The core
 holds no ablation (they are ``troll_verl.ablations``, registered in the core's ``variants`` table), so nothing of them
 is edited out. Every rewrite and edit must match what it names, so a
 source change that breaks one stops generation with the file and the rule. ``actor.yaml``'s ``troll:`` block and
@@ -128,7 +129,6 @@ REWRITES = [
      ("tests/core/test_megatron_losses_on_cpu.py",)),
     (r"sharing no code with troll_verl", "sharing no code with verl.trainer.troll",
      ("troll_verl/testing/reference.py",)),
-    (r"``docs/troll\.md``", "``docs/algo/troll.md``", ("troll_verl/core/sparse.py",)),
     # the plugin's flat TrollPolicyLossConfig is verl's PolicyLossConfig with a nested TrollConfig upstream
     (r"from verl\.workers\.config import FSDPActorConfig\n",
      "from verl.workers.config import FSDPActorConfig, PolicyLossConfig, TrollConfig\n", _USES_CONFIG),
@@ -169,44 +169,9 @@ def drop(name: str):
     return ("drop", name)
 
 
-_MEASUREMENTS = {  # the package's measurements are not in verl
-    "troll_verl/core/sparse.py": [
-        sub(r"median 2\.6×, ``docs/\n  benchmarks\.md``\)", "median 2.6×)"),
-        sub(r"at no extra time on the lean path \(``docs/benchmarks\.md``\)\.", "at no extra time on the lean path."),
-    ],
-    "troll_verl/core/old_side.py": [sub(r"are inside the ball \(``docs/benchmarks\.md``\)\.", "are inside the ball.")],
-}
-_STOCK_ENGINE = [  # the fact about verl 0.9's engines that only the plugin's stock-verl route reads
-    sub(r'^    "STOCK_ENGINE_KEEPS_ROWS",\n', ""),
-    drop("STOCK_ENGINE_KEEPS_ROWS"),
-]
 EDITS = {
-    **_MEASUREMENTS,
     # verl's TrollConfig lives in verl/workers/config/, away from the core's tables
     "troll_verl/core/config.py": [sub(r"^from \.variants import", "from verl.trainer.troll.variants import")],
-    # loss "troll" is registered in core_algos (prD/verl.diff), whose spec names the hooks lazily; verl's own ppo_loss
-    # decides the loss metrics' aggregation there too, and no engine needs the stock-verl route's fact
-    "troll_verl/core/losses.py": [
-        drop("TROLL_SPEC_FIELDS"),
-        sub(r'^    "TROLL_SPEC_FIELDS",\n', ""),
-        sub(
-            r" NOTE: verl's ``ppo_loss`` \(``workers/utils/losses\.py``\) decides this for\n    ``actor/pg_loss`` "
-            r"and hands a policy loss no such decision, so this mirrors its rule \(a declared mirror: the\n    "
-            r"plugin's compat module checks verl still has it\)\.",
-            " As ``ppo_loss`` decides for ``actor/pg_loss``.",
-        ),
-        sub(
-            r", and the one engine fact the stock-verl route needs\.\n\n    Attributes:\n(?:        .*\n)+"
-            r"    \"\"\"\n\n    STOCK_ENGINE_KEEPS_ROWS: bool\n",
-            '.\n    """\n',
-        ),
-    ],
-    "troll_verl/core/fsdp/losses.py": [
-        *_STOCK_ENGINE,
-        sub(r'^    "stock_engine_old_rows",\n', ""),
-        drop("stock_engine_old_rows"),
-    ],
-    "troll_verl/core/megatron/losses.py": _STOCK_ENGINE,
     "tests/core/test_losses_on_cpu.py": [
         # the cap is a constant (10): a log-ratio of 50 is capped
         sub(r'ratio_level="sequence", alpha=0\.0, seq_log_ratio_cap=1e-3\)', 'ratio_level="sequence", alpha=0.0)'),
@@ -248,7 +213,7 @@ EDITS = {
     ],
 }
 # D without the Megatron backend (PR E adds it)
-NO_MEGATRON = [sub(r', "megatron": "megatron"\}', "}")]
+NO_MEGATRON = {"troll_verl/core/losses.py": [sub(r', "megatron": "megatron"\}', "}")]}
 
 
 def _definitions(tree: ast.AST, name: str) -> list[ast.stmt]:
@@ -556,7 +521,7 @@ def _hand_written(tree: Path, pr: str) -> list[str]:
 def build_d(tree: Path) -> None:
     """TROLL for FSDP: the generated package plus ``prD``'s hand-written part, the actor.yaml block, the docs'
     configuration section and verl's regenerated yamls."""
-    generated = _generate(tree, {**MODULES_D, **TESTS_D}, {"troll_verl/core/losses.py": NO_MEGATRON})
+    generated = _generate(tree, {**MODULES_D, **TESTS_D}, NO_MEGATRON)
     generated += [f for f in _hand_written(tree, "prD") if f.endswith(".py")]
     doc = tree / "docs/algo/troll.md"
     text = doc.read_text()

@@ -22,9 +22,9 @@ from verl.workers.config import FSDPActorConfig
 
 from troll_verl.config import TrollPolicyLossConfig
 from troll_verl.core.layout import response_rows
-from troll_verl.core.losses import LOSS_METRICS, MAX_METRICS, compute_policy_loss_troll
+from troll_verl.core.losses import BACKENDS, LOSS_METRICS, MAX_METRICS, compute_policy_loss_troll
 from troll_verl.core.sparse import old_topk_from_logits, troll_sparse_from_logits
-from troll_verl.integration.loss_fn import TROLL_MODE_KEY, TrollLossFn
+from troll_verl.integration.loss_fn import _STOCK_ENGINE_OLD_ROWS, TROLL_MODE_KEY, TrollLossFn
 from troll_verl.integration.old_cache import OldTopKCache
 from troll_verl.testing.verl_engine import make_batch
 
@@ -67,6 +67,13 @@ def test_unsupported_strategy_is_named():
     object.__setattr__(fn.config, "strategy", "veomni")
     with pytest.raises(NotImplementedError, match="strategy=fsdp2"):
         fn(student_logits=torch.zeros(1, 5, 50), data=_batch("old"))
+
+
+def test_every_backend_says_how_verl_0_9s_engine_carries_the_old_rows():
+    """Each backend of the core's table has its entry: None (the engine keeps the hook's (1, L, K) rows) or the
+    function that carries them beside the hook (FSDP's)."""
+    assert set(_STOCK_ENGINE_OLD_ROWS) == set(BACKENDS.values())
+    assert _STOCK_ENGINE_OLD_ROWS["megatron"] is None and callable(_STOCK_ENGINE_OLD_ROWS["fsdp"])
 
 
 def test_update_without_old_pass_fields_is_refused():

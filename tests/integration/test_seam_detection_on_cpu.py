@@ -25,7 +25,6 @@ import verl.workers.config as verl_config
 from verl.trainer.ppo import core_algos
 
 from troll_verl.core.layout import OLD_TOPK_KEYS
-from troll_verl.core.losses import TROLL_SPEC_FIELDS
 from troll_verl.integration import plugin
 from troll_verl.integration.seam import SEAM_SPEC_FIELDS, SEAM_SWITCH, seam_available
 
@@ -87,7 +86,7 @@ def _fake_core_algos(spec):
 
 
 def test_the_plugins_spec_sets_exactly_the_seam_fields():
-    assert set(TROLL_SPEC_FIELDS) == set(SEAM_SPEC_FIELDS)
+    assert set(plugin.troll_spec_fields()) == set(SEAM_SPEC_FIELDS)
 
 
 @pytest.mark.parametrize("name", VERLS)
@@ -107,7 +106,7 @@ def test_a_partial_seam_is_no_seam_and_the_plugin_takes_its_own_route(monkeypatc
     if seam:
         assert fn is plugin.troll_policy_loss_seam and isinstance(registered_spec, SpecB)
         assert registered_spec.logits_fn is plugin.troll_logits_hook
-        assert registered_spec.logits_output_keys == TROLL_SPEC_FIELDS["logits_output_keys"]
-        assert registered_spec.provides_log_probs is TROLL_SPEC_FIELDS["provides_log_probs"]
+        assert registered_spec.logits_output_keys == plugin.troll_spec_fields()["logits_output_keys"]
+        assert registered_spec.provides_log_probs is True
     else:
         assert fn is plugin.troll_policy_loss_stock and registered_spec is None

@@ -59,7 +59,6 @@ __all__ = [
     "TrollBackend",
     "BACKENDS",
     "TROLL_LOGITS_OUTPUT_KEYS",
-    "TROLL_SPEC_FIELDS",
     "MAX_METRICS",
     "LOSS_METRICS",
     "with_aggregation",
@@ -133,17 +132,7 @@ def troll_policy_objective(
 # ------------------------------------------------------------------------------------------------------------
 class TrollBackend(Protocol):
     """What a backend module provides (``fsdp/losses.py``, ``megatron/losses.py``): the two engine functions, with one
-    signature, and the one engine fact the stock-verl route needs.
-
-    Attributes:
-        STOCK_ENGINE_KEEPS_ROWS: whether verl 0.9's engine for this backend keeps per-row logits-hook outputs with
-            trailing dims (``(1, L, K)``). A backend whose engine does not also provides
-            ``stock_engine_old_rows(old, data) -> dict``: the micro-batch's old top-K rows over its whole packed
-            sequence from this rank's hook outputs, which then travel beside the hook to the stock-verl route's
-            final loss call (FSDP's gathers them across its sequence-parallel ranks).
-    """
-
-    STOCK_ENGINE_KEEPS_ROWS: bool
+    signature."""
 
     def compute_troll_old_topk(
         self, student_logits: torch.Tensor, data: TensorDict, cfg: Any, data_format: str = "thd"
@@ -261,16 +250,6 @@ def _nbytes(tensor: torch.Tensor) -> int:
     return (tensor.values() if tensor.is_nested else tensor).numel() * tensor.element_size()
 
 
-# What loss "troll" asks of verl's engine: the fields of verl's ``core_algos.PolicyLossSpec`` (the update pass's hook
-# on the logits, the outputs it hands on, and its own log-probs in place of the engine's). The old top-K comes from
-# verl's named old-pass output (OLD_TOPK_KEYS, actor.calculate_old_topk), mapped by troll_old_fields.
-TROLL_SPEC_FIELDS = dict(
-    logits_fn=troll_logits_fn,
-    logits_output_keys=TROLL_LOGITS_OUTPUT_KEYS,
-    provides_log_probs=True,
-)
-
-
 def compute_policy_loss_troll(
     old_log_prob: torch.Tensor,
     log_prob: torch.Tensor,
@@ -386,8 +365,7 @@ def _loss_aggregation(global_batch_info: dict) -> AggregationType:
 
     Normalised by the global batch (as ``agg_loss`` does whenever any global batch information is set) the parts are
     partial sums, so they add up. NOTE: verl's ``ppo_loss`` (``workers/utils/losses.py``) decides this for
-    ``actor/pg_loss`` and hands a policy loss no such decision, so this mirrors its rule (a declared mirror: the
-    plugin's compat module checks verl still has it).
+    ``actor/pg_loss`` and hands a policy loss no such decision, so this mirrors its rule.
     """
     global_norm = (
         global_batch_info.get("dp_size", 1) > 1

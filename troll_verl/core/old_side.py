@@ -41,7 +41,7 @@ def old_side_estimate(new, ids, old_u, valid, old, sampled, sampled_old_lp, floo
 
     ``estimate="floor"`` (the paper, TROLL §5, the core's) gives each ``q_a = floor`` (1e-12), far below the truth
     when π_old has a long tail (a sampled LLM at T=1), so ``π̃_a log(π̃_a / q_a)`` inflates KL(π̃ ‖ π_old) and TROLL
-    projects tokens that are inside the ball (``docs/benchmarks.md``). Another estimate registered under ``estimate``
+    projects tokens that are inside the ball. Another estimate registered under ``estimate``
     (:mod:`.variants`) gets ``(new, old_u, unknown, stored, old, room, floor)``: ``unknown`` and ``stored`` ``(c, S)``
     bool, ``room`` ``(c,)`` float64, the old tail mass the unknown tokens may take (``m_T`` less the sampled token's
     mass where it is outside T, less ``floor``); it returns ``(old_u, q)``, ``old_u`` with the unknown tokens' log

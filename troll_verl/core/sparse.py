@@ -20,7 +20,7 @@ their cumulative mass reaches ``1 − mass_delta``, at most ``topk`` of them. Th
 
 plus one **tail bucket** holding the mass of every token outside S.
 
-Floor and tail treatment (our decision, documented in ``docs/troll.md``):
+Floor and tail treatment (decisions of this implementation):
 - The current policy's log-probs on S are exact (gathered from its logits), whichever side put the token in S.
 - The old policy is known only on its stored top-K and at the sampled token (verl's ``old_log_probs``). A token
   that only the current policy brought into S takes, on the old side, the paper's floor probability (default
@@ -34,8 +34,9 @@ Floor and tail treatment (our decision, documented in ``docs/troll.md``):
 - How the coarse-grained KL on S + 1 relates to the full-vocabulary KL: *if the old values on S were exact* it
   would be a lower bound (data-processing inequality), exact when the tails are empty. They are not exact for the
   tokens only the current policy brought in: the floor puts them far below their true old probability, so the
-  sparse KL can exceed the full KL by orders of magnitude (a sampled LLM at T=1: median 2.6×, ``docs/
-  benchmarks.md``); the ``upper`` estimate puts them at or above it, so the sparse KL can fall slightly below.
+  sparse KL can exceed the full KL by orders of magnitude (a sampled LLM at T=1: median 2.6×); an estimate bounded
+  by what the old pass stored (:mod:`.variants`) can put them at or above it, and the sparse KL then falls slightly
+  below.
 
 Memory (the reason for the custom Functions): the forward pass streams over token chunks of the
 ``(N, V)`` logits, computing a fused softmax into one reused chunk buffer, the log-sum-exp, the top-K and the
@@ -50,7 +51,7 @@ backward pass stay this module's.
 
 NOTE: there is no fused-LM-head variant (hidden states and head weight in, logits never materialised): verl 0.9.1's
 ``use_fused_kernels`` path hands a loss no hidden states without patching the model's forward, and smaller
-micro-batches save the same memory at no extra time on the lean path (``docs/benchmarks.md``).
+micro-batches save the same memory at no extra time on the lean path.
 """
 
 from __future__ import annotations

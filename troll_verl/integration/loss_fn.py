@@ -31,9 +31,9 @@ TROLL's actor training worker (:class:`troll_verl.integration.workers.TrollActor
 
     old-log-prob pass (troll_mode="old", forward only)
       logits ─(a)→ troll_old_pass_fn, per row ─→ response rows ─(b)→ the worker's OldTopKCache (old_cache.py)
-      (where verl's engine keeps per-row scalars only, FSDP's, the backend gathers the K-wide rows across SP ranks
-      in (a) and they reach (b) on the micro-batch: TrollBackend.stock_engine_old_rows; Megatron's engine carries
-      them in the model output.) Nothing of the old top-K enters the pass's output.
+      (where verl's engine keeps per-row scalars only, FSDP's, the K-wide rows are gathered across SP ranks in (a)
+      and reach (b) on the micro-batch: _STOCK_ENGINE_OLD_ROWS; Megatron's engine carries them in the model
+      output.) Nothing of the old top-K enters the pass's output.
 
     update pass (troll_mode="update", distillation_only: verl skips its own log-prob/CE on these logits; the worker
     put the old top-K on the update's batch)
@@ -55,16 +55,17 @@ import torch
 from tensordict import TensorDict
 from verl.utils import tensordict_utils as tu
 from verl.utils.metric import AggregationType, Metric
+from verl.utils.ulysses import gather_outputs_and_unpad, get_ulysses_sequence_parallel_world_size
 from verl.workers.utils.losses import ppo_loss
 from verl.workers.utils.padding import no_padding_2_padding
 
 from troll_verl.core.layout import OLD_FIELDS, response_rows
 from troll_verl.core.losses import (
+    BACKENDS,
     LOSS_METRICS,
     MAX_METRICS,
     TROLL_LOGITS_OUTPUT_KEYS,
     compute_policy_loss_troll,
-    troll_backend,
     troll_logits_fn,
     troll_old_pass_fn,
     with_aggregation,
@@ -94,6 +95,36 @@ _STOCK_ROUTE_TERMS: contextvars.ContextVar[dict[str, torch.Tensor] | None] = con
 # the old pass's K-wide rows, left on the micro-batch by the logits hook (a) for the final call (b): the engine passes
 # the same micro-batch object to both (FSDP: prepare_model_outputs, then the loss)
 _OLD_ROWS_KEY = "troll_old_rows"
+
+
+def _fsdp_old_rows(old: dict[str, torch.Tensor], data: TensorDict) -> dict[str, torch.Tensor]:
+    """This micro-batch's old top-K rows over its whole packed sequence, from this rank's hook outputs.
+
+    Args:
+        old: the FSDP backend's ``compute_troll_old_topk`` outputs ``(1, L, ...)`` of this rank's shard.
+        data: the micro-batch (its nested ``input_ids`` give the packed length).
+
+    Returns:
+        ``{key: (n_tokens, ...)}``, gathered across Ulysses ranks as verl's FSDP engine gathers ``log_probs`` (every
+        rank runs the hook); the shard itself without sequence parallelism.
+    """
+    n_tokens = int(data["input_ids"].offsets()[-1])
+    sp = get_ulysses_sequence_parallel_world_size()
+    if sp <= 1:
+        return {key: value.squeeze(0) for key, value in old.items()}
+    return {
+        key: gather_outputs_and_unpad(
+            value.squeeze(0), gather_dim=0, unpad_dim=0, padding_size=value.shape[1] * sp - n_tokens
+        )
+        for key, value in old.items()
+    }
+
+
+# verl 0.9's engines and the old pass's K-wide rows, by backend (the core's BACKENDS): FSDP's asserts that every
+# logits-hook output is one value per row (prepare_model_outputs), so the rows go beside the hook on the micro-batch,
+# gathered here (upstream PR B lifts the assert); Megatron's keeps per-row outputs with trailing dims, gathers them
+# across CP ranks and nests them per sequence, so they travel through the hook itself (None).
+_STOCK_ENGINE_OLD_ROWS: dict[str, Callable | None] = {"fsdp": _fsdp_old_rows, "megatron": None}
 
 
 def stock_policy_loss(
@@ -185,12 +216,12 @@ class TrollLossFn:
     # old-log-prob pass
     # ---------------------------------------------------------------------------------------------------------
     def _old_hook(self, logits: torch.Tensor, data: TensorDict, data_format: str) -> dict[str, torch.Tensor]:
-        old = troll_old_pass_fn(logits, data, self.config, data_format)
-        backend = troll_backend(self.config.strategy)
-        if backend.STOCK_ENGINE_KEEPS_ROWS:
+        old = troll_old_pass_fn(logits, data, self.config, data_format)  # refuses a strategy without a backend
+        old_rows = _STOCK_ENGINE_OLD_ROWS[BACKENDS[self.config.strategy]]
+        if old_rows is None:
             return old  # per-row (1, L, K): gathered and nested by the engine
         # the engine keeps (L,) outputs only: the rows go beside the hook, on the micro-batch, to its final call (b)
-        tu.assign_non_tensor(data, **{_OLD_ROWS_KEY: backend.stock_engine_old_rows(old, data)})
+        tu.assign_non_tensor(data, **{_OLD_ROWS_KEY: old_rows(old, data)})
         return {}
 
     def _old_pass_output(self, model_output: dict, data: TensorDict):

@@ -105,6 +105,7 @@ __all__ = [
     "when_imported",
     "troll_logits_hook",
     "troll_policy_loss_spec",
+    "troll_spec_fields",
     "troll_policy_loss_seam",
     "troll_policy_loss_stock",
     "POLICY_LOSS_NAME",
@@ -235,19 +236,24 @@ def troll_logits_hook(logits, data, config, data_format="thd"):
     return troll_logits_fn(logits, troll_old_fields(data, config.policy_loss.troll), config, data_format)
 
 
-def troll_policy_loss_spec(core_algos):
-    """TROLL's ``PolicyLossSpec`` on a verl with the seam (the fields of
-    :data:`troll_verl.core.losses.TROLL_SPEC_FIELDS`), its hook behind the forwarder that checks the actor config
-    carries TROLL's settings.
+def troll_spec_fields() -> dict:
+    """What loss ``troll`` asks of verl's engine on a verl with the seam: the fields of verl's
+    ``core_algos.PolicyLossSpec`` (:data:`troll_verl.integration.seam.SEAM_SPEC_FIELDS`): the update pass's hook on
+    the logits (behind the forwarder that checks the actor config carries TROLL's settings), the outputs it hands on,
+    and its own log-probs in place of the engine's. The old top-K comes from verl's named old-pass output
+    (``OLD_TOPK_KEYS``, ``actor.calculate_old_topk``), mapped by :func:`troll_verl.core.losses.troll_old_fields`.
 
     NOTE: built from :mod:`troll_verl.core.terms`, not :mod:`troll_verl.core.losses`: this runs when verl's
     ``core_algos`` is first imported, which may be from inside ``troll_verl.core.losses``'s own import.
     """
     from troll_verl.core.terms import TROLL_LOGITS_OUTPUT_KEYS
 
-    return core_algos.PolicyLossSpec(
-        logits_fn=troll_logits_hook, logits_output_keys=TROLL_LOGITS_OUTPUT_KEYS, provides_log_probs=True
-    )
+    return {"logits_fn": troll_logits_hook, "logits_output_keys": TROLL_LOGITS_OUTPUT_KEYS, "provides_log_probs": True}
+
+
+def troll_policy_loss_spec(core_algos):
+    """TROLL's ``PolicyLossSpec`` on a verl with the seam: :func:`troll_spec_fields`."""
+    return core_algos.PolicyLossSpec(**troll_spec_fields())
 
 
 def _register_policy_loss(core_algos) -> None:

@@ -28,7 +28,6 @@ Both functions here have the same name and signature in :mod:`..megatron.losses`
 import torch
 from tensordict import TensorDict
 from verl.utils.ulysses import (
-    gather_outputs_and_unpad,
     get_ulysses_sequence_parallel_rank,
     get_ulysses_sequence_parallel_world_size,
 )
@@ -41,13 +40,7 @@ from ..terms import hook_outputs, troll_token_terms
 __all__ = [
     "compute_troll_old_topk",
     "compute_troll_token_terms",
-    "STOCK_ENGINE_KEEPS_ROWS",
-    "stock_engine_old_rows",
 ]
-
-# verl 0.9's FSDP engine asserts that every logits-hook output is one value per row, (L,) (prepare_model_outputs):
-# the old pass's K-wide rows cannot travel through it there (upstream PR B lifts the assert).
-STOCK_ENGINE_KEEPS_ROWS = False
 
 
 def _local(rows: torch.Tensor, n_local: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -131,26 +124,3 @@ def compute_troll_token_terms(
     )  # fmt: skip
     terms, iters = troll_token_terms(support, cfg)
     return hook_outputs(terms, iters, local_rows, L, (1, L))
-
-
-def stock_engine_old_rows(old: dict[str, torch.Tensor], data: TensorDict) -> dict[str, torch.Tensor]:
-    """This micro-batch's old top-K rows over its whole packed sequence, from this rank's hook outputs.
-
-    Args:
-        old: :func:`compute_troll_old_topk`'s ``(1, L, ...)`` outputs of this rank's shard.
-        data: the micro-batch (its nested ``input_ids`` give the packed length).
-
-    Returns:
-        ``{key: (n_tokens, ...)}``, gathered across Ulysses ranks as verl's FSDP engine gathers ``log_probs`` (every
-        rank runs the hook); the shard itself without sequence parallelism.
-    """
-    n_tokens = int(data["input_ids"].offsets()[-1])
-    sp = get_ulysses_sequence_parallel_world_size()
-    if sp <= 1:
-        return {key: value.squeeze(0) for key, value in old.items()}
-    return {
-        key: gather_outputs_and_unpad(
-            value.squeeze(0), gather_dim=0, unpad_dim=0, padding_size=value.shape[1] * sp - n_tokens
-        )
-        for key, value in old.items()
-    }

@@ -52,12 +52,7 @@ __all__ = [
     "VocabParallelStatistics",
     "compute_troll_old_topk",
     "compute_troll_token_terms",
-    "STOCK_ENGINE_KEEPS_ROWS",
 ]
-
-# verl 0.9's Megatron engine keeps per-row logits-hook outputs with trailing dims, gathers them across CP ranks and
-# nests them per sequence: the old pass's rows travel through the hook itself.
-STOCK_ENGINE_KEEPS_ROWS = True
 
 
 def _tp_group_info(group):
