@@ -179,10 +179,11 @@ def test_gspo_sequence_ratio():
 
 def test_gspo_log_ratio_is_capped():
     d = _batch()
-    cfg = _actor_config("seq-mean-token-mean", ratio_level="sequence", alpha=0.0, seq_log_ratio_cap=1e-3)
-    old = d["old_lp"] - 5.0  # every sequence ratio ≫ exp(cap)
+    cfg = _actor_config("seq-mean-token-mean", ratio_level="sequence", alpha=0.0)
+    cap = cfg.policy_loss.troll.seq_log_ratio_cap  # 10, the reference's
+    old = d["old_lp"] - 50.0  # every sequence ratio ≫ exp(cap)
     loss, _ = _loss(old, None, d["adv"], d["mask"], "seq-mean-token-mean", cfg, support=d["support"]())
-    expected = _hand_agg(-d["adv"] * math.exp(1e-3), d["mask"], "seq-mean-token-mean")
+    expected = _hand_agg(-d["adv"] * math.exp(cap), d["mask"], "seq-mean-token-mean")
     torch.testing.assert_close(loss, expected, atol=1e-9, rtol=1e-7)
 
 
