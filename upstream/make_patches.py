@@ -23,9 +23,8 @@ message), ``verl.diff`` (edits to verl's files, written by hand), ``files/`` (ne
 PR D (TROLL for FSDP) and PR E (its Megatron backend) are generated from the package's numerical core,
 ``troll_verl/core``: the modules in :data:`MODULES_D` / :data:`MODULES_E` and the tests in :data:`TESTS_D` /
 :data:`TESTS_E` are copied into verl's tree with the import rewrites of :data:`REWRITES` and the per-file edits of
-:data:`EDITS` (the one import that differs, ``TrollConfig``'s module in verl, and tests that need the package's
-harness or a setting that is a constant in verl), and the settings that are not config keys become constants
-(:func:`troll_config`). The core
+:data:`EDITS` (tests that need the package's harness or a setting that is a constant in verl), and the settings that
+are not config keys become constants (:func:`troll_config`). The core
 holds no ablation (they are ``troll_verl.ablations``, registered in the core's ``variants`` table), so nothing of them
 is edited out. Every rewrite and edit must match what it names, so a
 source change that breaks one stops generation with the file and the rule. ``actor.yaml``'s ``troll:`` block and
@@ -170,8 +169,6 @@ def drop(name: str):
 
 
 EDITS = {
-    # verl's TrollConfig lives in verl/workers/config/, away from the core's tables
-    "troll_verl/core/config.py": [sub(r"^from \.variants import", "from verl.trainer.troll.variants import")],
     "tests/core/test_losses_on_cpu.py": [
         # it caps eta through the config's eta_max, a constant upstream
         drop("test_a_bound_the_solver_cannot_reach_is_reported"),
@@ -250,9 +247,18 @@ def troll_config(text: str) -> str:
         drop_lines.update(range(f.lineno - 1, f.end_lineno))
     post_init = next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "__post_init__")
     removed = {f.target.id for f in fields if f.target.id not in EXPOSED}
+    kept = []
     for stmt in post_init.body[1:]:  # [0] is the docstring
         if any(re.search(rf"\b{name}\b", ast.get_source_segment(text, stmt)) for name in removed):
             drop_lines.update(range(stmt.lineno - 1, stmt.end_lineno))
+        else:
+            kept.append(stmt)
+    # an import inside __post_init__ that only the dropped validation used goes with it
+    for stmt in kept:
+        if isinstance(stmt, ast.ImportFrom):
+            rest = "\n".join(ast.get_source_segment(text, other) for other in kept if other is not stmt)
+            if not any(re.search(rf"\b{alias.asname or alias.name}\b", rest) for alias in stmt.names):
+                drop_lines.update(range(stmt.lineno - 1, stmt.end_lineno))
     # the class constants, after the last config key
     last = max(f.end_lineno for f in fields if f.target.id in EXPOSED)
     block = ["\n", "    # Fixed settings (TROLL §5-6 values; class constants, not config keys)\n"]

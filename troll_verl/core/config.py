@@ -24,10 +24,10 @@ from typing import Any, ClassVar
 import torch
 from verl.base_config import BaseConfig
 
-from .variants import CORE_VARIANTS, RATIO_LEVELS, variant_names
+__all__ = ["TrollConfig", "VALUE_DTYPES", "RATIO_LEVELS"]
 
-__all__ = ["TrollConfig", "VALUE_DTYPES"]
-
+# ratio_level: the importance ratio per token (GRPO, Dr.GRPO, PPO) or GSPO's per sequence (TROLL §7)
+RATIO_LEVELS = ("token", "sequence")
 # Storage dtypes of the old top-K log-probs.
 VALUE_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -90,9 +90,11 @@ class TrollConfig(BaseConfig):
             value = getattr(self, name)
             if not _is_number(value) or not (0.0 < value < 1.0):
                 raise ValueError(f"{prefix}.{name} must lie in (0, 1) (the paper uses {paper}), got {value!r}.")
-        self._choice("old_estimate", variant_names("old_estimate"))
-        self._choice("tail", variant_names("tail"))
-        self._choice("solver", variant_names("solver"))
+        from .variants import REGISTER_HINT, variant_names  # here: importing the settings imports no core module
+
+        self._choice("old_estimate", variant_names("old_estimate"), REGISTER_HINT)
+        self._choice("tail", variant_names("tail"), REGISTER_HINT)
+        self._choice("solver", variant_names("solver"), REGISTER_HINT)
         self._choice("ratio_level", RATIO_LEVELS)
         self._choice("old_value_dtype", tuple(VALUE_DTYPES))
         self._positive_float("seq_log_ratio_cap", "the reference uses 10")
@@ -116,11 +118,10 @@ class TrollConfig(BaseConfig):
         if not _is_number(value) or not math.isfinite(value) or value <= 0:
             raise ValueError(f"{self.key_prefix}.{name} must be a finite float > 0 ({hint}), got {value!r}.")
 
-    def _choice(self, name: str, options: tuple[str, ...]) -> None:
+    def _choice(self, name: str, options: tuple[str, ...], hint: str = "") -> None:
         value = getattr(self, name)
         if value not in options:
-            # a variant switch takes the names registered in variants.py besides the core's
-            hint = "; an extension registers others with register_variant" if name in CORE_VARIANTS else ""
+            hint = f"; {hint}" if hint else ""
             raise ValueError(f"{self.key_prefix}.{name} must be one of {list(options)}, got {value!r}{hint}.")
 
 

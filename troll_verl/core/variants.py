@@ -43,16 +43,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-__all__ = ["CORE_VARIANTS", "RATIO_LEVELS", "register_variant", "variant", "variant_names"]
-
-# ratio_level: the importance ratio per token (GRPO, Dr.GRPO, PPO) or GSPO's per sequence (TROLL §7); both are the
-# core's, in core/losses.py
-RATIO_LEVELS = ("token", "sequence")
+__all__ = ["CORE_VARIANTS", "REGISTER_HINT", "register_variant", "variant", "variant_names"]
 
 # switch -> the name of the core's own implementation (the paper's choice)
 CORE_VARIANTS = {"solver": "newton", "tail": "bucket", "old_estimate": "floor"}
 
 _TABLE: dict[str, dict[str, Callable]] = {switch: {} for switch in CORE_VARIANTS}
+# how to add a name a switch refuses (the refusals' last words)
+REGISTER_HINT = "an extension registers others with register_variant"
 
 
 def register_variant(switch: str, name: str, fn: Callable) -> None:
@@ -88,7 +86,6 @@ def variant(switch: str, name: str) -> Callable | None:
     fn = _TABLE[switch].get(name)
     if fn is None:
         raise ValueError(
-            f"{switch} must be one of {variant_names(switch)}, got {name!r}; an extension registers others with "
-            "register_variant before the run."
+            f"{switch} must be one of {variant_names(switch)}, got {name!r}; {REGISTER_HINT} before the run."
         )
     return fn
