@@ -40,6 +40,8 @@ import sys
 import time
 from collections.abc import Callable
 
+from troll_verl.integration.checks import POLICY_LOSS_NAME
+
 from .cpu_presets import MODELS, VAL_KEY, CPUModel, cpu_model, cpu_run_overrides, micro_batch_size, tiny_cpu_overrides
 from .metrics_io import REWARD_KEY, read_metrics
 from .plotting import plot_runs
@@ -136,7 +138,7 @@ def summarize(
         troll["kl_bound"] = kl_bound
         summary["troll"] = troll
     clip = _mean([r["actor/pg_clipfrac"] for r in train if "actor/pg_clipfrac" in r])
-    if loss_mode != "troll" and clip is not None:
+    if loss_mode != POLICY_LOSS_NAME and clip is not None:
         summary["clipfrac_mean"] = clip
     return summary
 
@@ -216,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="smollm2: addition with operands in [0, TASK_HI) (default: one-digit sums, 10)",
     )
-    parser.add_argument("--loss-mode", default="troll", choices=["troll", "vanilla"])
+    parser.add_argument("--loss-mode", default=POLICY_LOSS_NAME, choices=[POLICY_LOSS_NAME, "vanilla"])
     parser.add_argument("--compare", action="store_true", help="also run the clip baseline (loss_mode=vanilla)")
     parser.add_argument("--out-dir", default=None, help="default: outputs/quickstart/<timestamp>")
     parser.add_argument("--cache-dir", default=None,
@@ -245,11 +247,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[troll-verl] ERROR: could not build the {model.name} model: {e}", file=sys.stderr)
         return 1
     print(f"[troll-verl] model: {model.describe(assets)}; assets: {assets.root}")
-    modes = [args.loss_mode] + (["vanilla" if args.loss_mode == "troll" else "troll"] if args.compare else [])
+    modes = [args.loss_mode] + (
+        ["vanilla" if args.loss_mode == POLICY_LOSS_NAME else POLICY_LOSS_NAME] if args.compare else []
+    )
     summaries, runs = {}, {}
     total_start = time.perf_counter()
     for mode in modes:
-        label = "TROLL" if mode == "troll" else "clip (vanilla)"
+        label = "TROLL" if mode == POLICY_LOSS_NAME else "clip (vanilla)"
         run_dir = os.path.join(out_dir, mode)
         overrides = cpu_run_overrides(model, assets, loss_mode=mode, steps=steps, seed=args.seed, experiment=mode,
                                       run_dir=run_dir) + list(args.overrides)  # fmt: skip
