@@ -223,8 +223,8 @@ def test_inside_trust_region_is_unclipped_ratio_without_regression():
 @pytest.mark.parametrize("ratio_level", ["token", "sequence"])
 def test_zero_advantages_give_exactly_zero_gradient_in_fp32(ratio_level):
     """Old and current policy identical (the first mini-batch of a step), every advantage 0: the loss gradient is
-    exactly zero, as clip's is. Before the fix the regression term's fp32 rounding noise on unprojected rows
-    (zero in exact arithmetic) leaked into the logits' gradient, and Adam turned it into a full-size step."""
+    exactly zero, as clip's is: the regression term's fp32 rounding noise on unprojected rows (zero in exact
+    arithmetic) must not leak into the logits' gradient, where Adam would turn it into a full-size step."""
     g = torch.Generator().manual_seed(3)
     B, T, V, K = 4, 6, 300, 16
     z = (torch.randn(B * T, V, generator=g) * 2).requires_grad_(True)

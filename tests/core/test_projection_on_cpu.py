@@ -266,7 +266,7 @@ def test_invalid_tensors():
 
 
 def test_rows_just_inside_the_ball_in_fp32_still_hold_the_bound_exactly():
-    """Review finding 3: rows whose exact KL exceeds ε by ~1e-7 can read just under ε in fp32. They are projected
+    """Rows whose exact KL exceeds ε by ~1e-7 can read just under ε in fp32. They are projected
     (against the solver's margin, not ε itself), so the KL of every returned row, evaluated in float64, is ≤ ε."""
     eps = 0.05
     g = torch.Generator().manual_seed(11)

@@ -212,11 +212,10 @@ def _full_params(worker) -> dict[str, torch.Tensor]:
 
 
 def test_zero_advantages_leave_the_policy_unchanged(model_dir):
-    """Review finding: with every advantage 0 TROLL's gradient is exactly zero (as clip's is), so Adam steps leave
-    the weights bit-for-bit unchanged, over several mini-batches and epochs, and nothing is ever projected.
-
-    Before the fix the regression term's fp32 rounding noise on unprojected rows (exactly zero in exact arithmetic)
-    reached Adam, which normalised it into a full-size step."""
+    """With every advantage 0 TROLL's gradient is exactly zero (as clip's is), so Adam steps leave the weights
+    bit-for-bit unchanged, over several mini-batches and epochs, and nothing is ever projected: the regression term's
+    fp32 rounding noise on unprojected rows (exactly zero in exact arithmetic) would reach Adam, which normalises it
+    into a full-size step."""
     cfg = compose_config(
         model_dir,
         "actor_rollout_ref.actor.optim.lr=1e-3",
