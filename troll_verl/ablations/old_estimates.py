@@ -37,7 +37,8 @@ __all__ = ["upper_estimate", "proportional_estimate"]
 def upper_estimate(new, old_u, unknown, stored, old, room, floor):
     """``q_a = min(p_K, m_T)`` on the unknown tokens (module docstring); arguments and returns as
     :func:`troll_verl.core.old_side.old_side_estimate` hands a registered estimate."""
-    return _fit(_cap(old)[:, None].expand_as(old_u), old_u, unknown, room, floor)
+    cap, _ = _bounds(old)
+    return _fit(cap[:, None].expand_as(old_u), old_u, unknown, room, floor)
 
 
 def proportional_estimate(new, old_u, unknown, stored, old, room, floor):
@@ -46,16 +47,18 @@ def proportional_estimate(new, old_u, unknown, stored, old, room, floor):
     dtype = torch.float64
     pi = torch.exp(new.detach().to(dtype))
     outside = (1.0 - torch.where(stored, pi, 0.0).sum(-1)).clamp_min(torch.finfo(dtype).tiny)
-    tail_mass = old.tail_logprob.to(dtype).exp()
-    q = torch.minimum(_cap(old)[:, None], tail_mass[:, None] * pi / outside[:, None])
+    cap, tail_mass = _bounds(old)
+    q = torch.minimum(cap[:, None], tail_mass[:, None] * pi / outside[:, None])
     return _fit(q, old_u, unknown, room, floor)
 
 
-def _cap(old) -> torch.Tensor:
-    """``min(p_K, m_T)`` per row ``(c,)`` in float64: no unknown token's old probability is larger."""
+def _bounds(old) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(min(p_K, m_T), m_T)`` per row ``(c,)`` in float64: no unknown token's old probability is above the first,
+    and their sum is not above the second."""
     dtype = torch.float64
     p_k = torch.where(old.ids >= 0, old.logprobs.to(dtype), float("inf")).amin(-1).exp()
-    return torch.minimum(p_k, old.tail_logprob.to(dtype).exp())
+    tail_mass = old.tail_logprob.to(dtype).exp()
+    return torch.minimum(p_k, tail_mass), tail_mass
 
 
 def _fit(q, old_u, unknown, room, floor):
