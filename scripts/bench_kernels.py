@@ -35,7 +35,7 @@ Stages, each in its own process under its own time limit, in this order; the res
 - ``tests``: the core's tests and the kernels' tests with the core on CUDA (``TROLL_TEST_DEVICE=cuda``).
 
 A short table is printed last. ``--smoke`` runs every stage but ``tests`` on the CPU under Triton's interpreter at a
-tiny size (the suite's check of this script, ``tests/tools/test_bench_kernels_on_cpu.py``); its numbers mean nothing.
+tiny size (the suite's check of this script, ``tests/scripts/test_bench_kernels_on_cpu.py``); its numbers mean nothing.
 
     bash scripts/bench_kernels.sh                       # on the GPU machine: ~3 minutes on an H100
     python scripts/bench_kernels.py --smoke --out /tmp/bench_kernels_smoke

@@ -359,7 +359,7 @@ def _num(value) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The command line (the docs' commands for this script are parsed with it: tests/tools/test_docs_on_cpu.py)."""
+    """The command line (the docs' commands for this script are parsed with it: tests/docs/test_docs_on_cpu.py)."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", default="cpu")
     p.add_argument("--tokens", type=int, default=512)

@@ -51,7 +51,7 @@ def _prompts(model_dir: str, count: int) -> list[list[int]]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The command line (the docs' commands for this script are parsed with it: tests/tools/test_docs_on_cpu.py)."""
+    """The command line (the docs' commands for this script are parsed with it: tests/docs/test_docs_on_cpu.py)."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--prompts", type=int, default=32, help="prompts per generate call")
     parser.add_argument("--max-tokens", type=int, default=16, help="response budget (the learning runs' 16)")

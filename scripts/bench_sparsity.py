@@ -213,7 +213,7 @@ def report(results: list[dict], k: int, delta: float, kl_bound: float) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The command line (the docs' commands for this script are parsed with it: tests/tools/test_docs_on_cpu.py)."""
+    """The command line (the docs' commands for this script are parsed with it: tests/docs/test_docs_on_cpu.py)."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--temperatures", type=float, nargs="+", default=[1.0, 0.6])
     parser.add_argument("--updates", type=int, nargs="+", default=[1, 8], help="Adam steps after which to measure")

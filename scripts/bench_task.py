@@ -97,7 +97,7 @@ def choose(results: list[dict], min_sampled: float, max_greedy: float) -> int | 
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The command line (the docs' commands for this script are parsed with it: tests/tools/test_docs_on_cpu.py)."""
+    """The command line (the docs' commands for this script are parsed with it: tests/docs/test_docs_on_cpu.py)."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--hi", type=int, nargs="+", default=[15, 20, 30])
     parser.add_argument("--samples", type=int, default=4, help="T = 1 answers per held-out problem")

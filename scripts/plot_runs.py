@@ -56,7 +56,7 @@ def _default_labels(paths: list[str]) -> list[str]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The command line (the docs' commands for this script are parsed with it: tests/tools/test_docs_on_cpu.py)."""
+    """The command line (the docs' commands for this script are parsed with it: tests/docs/test_docs_on_cpu.py)."""
     parser = argparse.ArgumentParser(
         prog="plot_runs.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )

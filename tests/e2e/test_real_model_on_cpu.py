@@ -159,7 +159,8 @@ def test_rewards_are_the_tasks_verifier_on_the_dumped_responses(tight_bypass):
         assert row[REWARD_KEY] == pytest.approx(sum(s["score"] for s in samples) / len(samples))
 
 
-# the benchmarks that need the real model, at a tiny size (tests/tools/test_benchmarks_on_cpu.py lists every benchmark)
+# the benchmarks that need the real model, at a tiny size (tests/scripts/test_benchmarks_on_cpu.py lists every
+# benchmark)
 def _bench(script, *args):
     proc = subprocess.run(
         [sys.executable, f"scripts/{script}", *args],

@@ -119,8 +119,8 @@ def _sync(assets, run_dir: str) -> Run:
 
 def _sync_resumed(assets, launches: Launches, out_dir, fake_gpu) -> Run:
     """The quickstart CLI with the clip baseline, resumed from ``sync``'s step-2 checkpoint (the same batches), with a
-    fake ``nvidia-smi`` first on PATH: the CPU demo runs as on a machine without one (tests/tools/test_install_on_cpu.py
-    checks the venv's decisions and the platform selection under it)."""
+    fake ``nvidia-smi`` first on PATH: the CPU demo runs as on a machine without one
+    (tests/scripts/test_install_on_cpu.py checks the venv's decisions and the platform selection under it)."""
     (fake_gpu / "nvidia-smi").write_text("#!/bin/sh\necho 'NVIDIA-SMI (fake: a GPU machine, as the scripts see one)'\n")
     (fake_gpu / "nvidia-smi").chmod(0o755)
     env = {

@@ -11,11 +11,11 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""troll_verl.tools.late_decay: the late-decay study's plan as code (docs/benchmarks.md, "Late-decay study")."""
+"""benchmarks.study.late_decay: the late-decay study's plan as code (docs/benchmarks.md, "Late-decay study")."""
 
 import pytest
 
-from troll_verl.tools import late_decay as ld
+from benchmarks.study import late_decay as ld
 
 VAL = "val-core/troll_smollm2/addition/acc/mean@1"
 
@@ -79,7 +79,7 @@ def test_the_exact_sign_flip_p_equals_the_enumeration_of_every_assignment():
     """paired_stats.sign_flip_p counts by meeting in the middle; here against all 2**n assignments."""
     import random
 
-    from troll_verl.tools.paired_stats import sign_flip_p
+    from benchmarks.study.stats import sign_flip_p
 
     def every_assignment(d):
         observed = abs(sum(d)) - 1e-12

@@ -28,10 +28,10 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # every benchmark script -> the test file that runs it at a tiny size
 SMOKE_TESTS = {
-    "bench_loss.py": "tests/tools/test_benchmarks_on_cpu.py",
-    "bench_learning.py": "tests/tools/test_benchmarks_on_cpu.py",
-    "bench_import.py": "tests/tools/test_benchmarks_on_cpu.py",
-    "bench_kernels.py": "tests/tools/test_bench_kernels_on_cpu.py",
+    "bench_loss.py": "tests/scripts/test_benchmarks_on_cpu.py",
+    "bench_learning.py": "tests/scripts/test_benchmarks_on_cpu.py",
+    "bench_import.py": "tests/scripts/test_benchmarks_on_cpu.py",
+    "bench_kernels.py": "tests/scripts/test_bench_kernels_on_cpu.py",
     "bench_sparsity.py": "tests/e2e/test_real_model_on_cpu.py",  # on the real model's asset
     "bench_rollout_topk.py": "tests/e2e/test_real_model_on_cpu.py",
     "bench_task.py": "tests/e2e/test_real_model_on_cpu.py",

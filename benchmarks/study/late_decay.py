@@ -26,8 +26,9 @@ import os
 import random
 import statistics
 
-from .metrics_io import read_jsonl
-from .paired_stats import fisher_exact_p, sign_flip_p, t_interval
+from troll_verl.tools.metrics_io import read_jsonl
+
+from .stats import fisher_exact_p, sign_flip_p, t_interval
 
 __all__ = [
     "SEEDS",
