@@ -32,8 +32,12 @@ def solve_bisection(moments, kl_before, target, w_min, max_iter, tol, active, ho
 
     Args:
         moments: ``w (R,) -> (KL(π_w ‖ π_old) (R,), None)`` (:mod:`troll_verl.core.variants`).
-        kl_before: ``(R,)`` KL(π̃ ‖ π_old), above ``target`` on the ``active`` rows. target: ``(R,)``.
-        w_min: ``1 / (1 + eta_max)``. max_iter: the number of halvings. tol, host: unused (no early stop).
+        kl_before: ``(R,)`` KL(π̃ ‖ π_old), above ``target`` on the ``active`` rows.
+        target: ``(R,)`` the rows' targets.
+        w_min: ``1 / (1 + eta_max)``.
+        max_iter: the number of halvings.
+        tol: unused (no early stop).
+        host: unused (no early stop).
         active: ``(R,)`` bool, the rows to project.
 
     Returns:

@@ -222,9 +222,12 @@ def _union_support(
     """Union of the old support, the new support and the sampled token, sorted by vocabulary id.
 
     Args:
-        old_ids: ``(c, Ko)`` int, ``-1`` at invalid slots. old_lp: ``(c, Ko)`` their old log-probs.
-        new_ids: ``(c, Kn)`` int64 current top-k ids; new_keep: ``(c, Kn)`` bool mass-rule mask.
-        sampled: ``(c,)`` int64 sampled ids; sampled_old_lp: ``(c,)`` their old log-probs (exact).
+        old_ids: ``(c, Ko)`` int, ``-1`` at invalid slots.
+        old_lp: ``(c, Ko)`` their old log-probs.
+        new_ids: ``(c, Kn)`` int64 current top-k ids.
+        new_keep: ``(c, Kn)`` bool mass-rule mask.
+        sampled: ``(c,)`` int64 sampled ids.
+        sampled_old_lp: ``(c,)`` their old log-probs (exact).
         log_floor: log of the floor probability for tokens the old policy did not store.
         dtype: dtype of the returned old log-probs.
 

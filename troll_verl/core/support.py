@@ -119,9 +119,15 @@ def assemble_support(
     (:func:`~troll_verl.core.old_side.old_side_estimate`) and locate the sampled token.
 
     Args:
-        new: ``(N, S)`` current log-probs on the union; tail: ``(N,)`` its tail log-mass (clamped to the floor).
-        ids, old_u, valid: ``(N, S)`` the union ids, the old log-probs known so far and the valid slots.
-        old: the stored :class:`OldTopK`. sampled, sampled_old_lp: ``(N,)``. floor: the floor probability.
+        new: ``(N, S)`` current log-probs on the union.
+        tail: ``(N,)`` the union's tail log-mass (clamped to the floor).
+        ids: ``(N, S)`` the union ids.
+        old_u: ``(N, S)`` the old log-probs known so far.
+        valid: ``(N, S)`` the valid slots.
+        old: the stored :class:`OldTopK`.
+        sampled: ``(N,)`` the sampled ids.
+        sampled_old_lp: ``(N,)`` their exact old log-probs.
+        floor: the floor probability.
         old_estimate: ``"floor"`` or a registered estimate's name (:mod:`.variants`).
 
     Returns:

@@ -51,7 +51,10 @@ def hook_outputs(
 
     Args:
         terms: :class:`TrollTokenTerms` of shape ``(R,)``, one per response row of this shard.
-        iters: the solver's passes (a 0-d tensor). rows: ``(R,)`` int64 indices into the shard's rows.
+        iters: the solver's passes (a 0-d tensor).
+        rows: ``(R,)`` int64 indices into the shard's rows.
+        n_rows: the shard's logits rows.
+        shape: the engine's per-row shape the outputs take.
     """
     out = {}
     for name, value in zip(terms._fields, terms, strict=True):

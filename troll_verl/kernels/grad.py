@@ -43,11 +43,51 @@ _TINY = float(torch.finfo(torch.float32).tiny)
 
 @triton.jit
 def _grad_kernel(
-    z_ptr, stride_z, g_ptr, stride_g, sel_ptr, lse_ptr, ids_ptr, valid_ptr, gnew_ptr, newlp_ptr, gtail_ptr, tail_ptr,
-    V, C, log_floor, tiny,
-    HAS_ROWS: tl.constexpr, HAS_TAIL: tl.constexpr, C_P2: tl.constexpr, BLOCK_V: tl.constexpr,
-):  # fmt: skip
-    """One program per row of the gradient (= row of the logits); ``sel[row]`` is its selected index or −1."""
+    z_ptr,
+    stride_z,
+    g_ptr,
+    stride_g,
+    sel_ptr,
+    lse_ptr,
+    ids_ptr,
+    valid_ptr,
+    gnew_ptr,
+    newlp_ptr,
+    gtail_ptr,
+    tail_ptr,
+    V,
+    C,
+    log_floor,
+    tiny,
+    HAS_ROWS: tl.constexpr,
+    HAS_TAIL: tl.constexpr,
+    C_P2: tl.constexpr,
+    BLOCK_V: tl.constexpr,
+):
+    """One program per row of the gradient (= row of the logits); ``sel[row]`` is its selected index or −1.
+
+    Parameters:
+        z_ptr: ``(N_all, V)`` logits, last dim contiguous.
+        stride_z: the logits' row stride.
+        g_ptr: out ``(N_all, V)`` gradient in the logits' dtype.
+        stride_g: the gradient's row stride.
+        sel_ptr: ``(N_all,)`` int32 selected index of each logits row, −1 where unselected (read with ``HAS_ROWS``).
+        lse_ptr: ``(N,)`` fp32 log-sum-exp of the selected rows.
+        ids_ptr: ``(N, C)`` support ids.
+        valid_ptr: ``(N, C)`` uint8 valid slots.
+        gnew_ptr: ``(N, C)`` upstream gradient of the support log-probs.
+        newlp_ptr: ``(N, C)`` fp32 support log-probs.
+        gtail_ptr: ``(N,)`` upstream gradient of the tail (read with ``HAS_TAIL``).
+        tail_ptr: ``(N,)`` fp32 unclamped tail (read with ``HAS_TAIL``).
+        V: vocabulary size.
+        C: the support's width.
+        log_floor: the tail's clamp (no gradient at or below it).
+        tiny: fp32's smallest normal.
+        HAS_ROWS: rows are selected through ``sel_ptr`` (else every row, index = row).
+        HAS_TAIL: the loss has a tail term.
+        C_P2: ``C`` padded to a power of 2.
+        BLOCK_V: columns per loop step.
+    """
     pid = tl.program_id(0)
     pid64 = pid.to(tl.int64)
     if HAS_ROWS:
@@ -111,11 +151,15 @@ def logits_grad(
     """``∂L/∂logits`` (module docstring), a new ``(N_all, V)`` tensor in the logits' dtype.
 
     Args:
-        logits: ``(N_all, V)`` fp32/bf16/fp16, last dim contiguous. rows: optional ``(N,)`` int64 selected rows
-            (distinct); the others get zero gradient.
-        lse: ``(N,)`` fp32 log-sum-exp of the selected rows. ids: ``(N, C)`` int support ids. valid: ``(N, C)``
-            bool. g_new: ``(N, C)`` upstream gradient of the support log-probs. new_lp: ``(N, C)`` fp32 log-probs.
-        g_tail, tail_raw: ``(N,)`` upstream gradient of the tail and the unclamped tail (both or neither).
+        logits: ``(N_all, V)`` fp32/bf16/fp16, last dim contiguous.
+        rows: optional ``(N,)`` int64 selected rows (distinct); the others get zero gradient.
+        lse: ``(N,)`` fp32 log-sum-exp of the selected rows.
+        ids: ``(N, C)`` int support ids.
+        valid: ``(N, C)`` bool.
+        g_new: ``(N, C)`` upstream gradient of the support log-probs.
+        new_lp: ``(N, C)`` fp32 log-probs.
+        g_tail: ``(N,)`` upstream gradient of the tail (with ``tail_raw``, or neither).
+        tail_raw: ``(N,)`` the unclamped tail.
         log_floor: the tail's clamp.
     """
     n_all, vocab = logits.shape

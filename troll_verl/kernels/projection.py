@@ -33,6 +33,7 @@ rounding, and every row meets the same convergence test and margins. ``num_iters
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import torch
 import triton
@@ -144,11 +145,69 @@ def _project_rows(
 
 @triton.jit
 def _project_fwd_kernel(
-    new_ptr, old_ptr, mask_ptr, idx_ptr, out_ptr, eta_ptr, klb_ptr, kla_ptr, proj_ptr, w_ptr, iters_ptr,
-    plp_ptr, lp_ptr, reg_ptr, R, S, target_base, ulps_eps, half_bound, u_min, max_iter, tol, trust_phi, phi_conv,
-    tiny, HAS_MASK: tl.constexpr, TERMS: tl.constexpr, BLOCK_R: tl.constexpr, S_P2: tl.constexpr,
-):  # fmt: skip
-    """A block of rows: the projection's outputs (``TERMS``: the token terms instead of the log-probs)."""
+    new_ptr,
+    old_ptr,
+    mask_ptr,
+    idx_ptr,
+    out_ptr,
+    eta_ptr,
+    klb_ptr,
+    kla_ptr,
+    proj_ptr,
+    w_ptr,
+    iters_ptr,
+    plp_ptr,
+    lp_ptr,
+    reg_ptr,
+    R,
+    S,
+    target_base,
+    ulps_eps,
+    half_bound,
+    u_min,
+    max_iter,
+    tol,
+    trust_phi,
+    phi_conv,
+    tiny,
+    HAS_MASK: tl.constexpr,
+    TERMS: tl.constexpr,
+    BLOCK_R: tl.constexpr,
+    S_P2: tl.constexpr,
+):
+    """A block of rows: the projection's outputs (``TERMS``: the token terms instead of the log-probs).
+
+    Parameters:
+        new_ptr: ``(R, S)`` current log-probs on the support (fp32), contiguous.
+        old_ptr: ``(R, S)`` old log-probs on the support (fp32), contiguous.
+        mask_ptr: ``(R, S)`` uint8 valid entries (read with ``HAS_MASK`` only).
+        idx_ptr: ``(R,)`` int32 column of the sampled token in each row (read with ``TERMS`` only).
+        out_ptr: out ``(R, S)`` projected log-probs in new's dtype (written without ``TERMS`` only).
+        eta_ptr: out ``(R,)`` fp32 ``η = 1/w − 1`` (with ``TERMS``: 0 where not projected).
+        klb_ptr: out ``(R,)`` fp32 KL(π ‖ π_old) before the projection.
+        kla_ptr: out ``(R,)`` fp32 KL(π̃ ‖ π_old) after it.
+        proj_ptr: out ``(R,)`` uint8 rows projected.
+        w_ptr: out ``(R,)`` fp32 the solution's weight ``w`` (1 where not projected), saved for the backward.
+        iters_ptr: out ``(cdiv(R, BLOCK_R),)`` int32 Newton passes of each block.
+        plp_ptr: out ``(R,)`` fp32 ``log π̃(o_t)`` (``TERMS`` only).
+        lp_ptr: out ``(R,)`` fp32 ``log π(o_t)`` (``TERMS`` only).
+        reg_ptr: out ``(R,)`` fp32 the regression ``KL(π̃ ‖ sg π)`` on projected rows (``TERMS`` only).
+        R: rows.
+        S: the support's width.
+        target_base: ``ε (1 − target_margin)``, the target before the rounding margin.
+        ulps_eps: ``margin_ulps · eps``; the target is lowered by it times the row's largest |log-prob|.
+        half_bound: ``ε / 2``, the target's floor.
+        u_min: ``log(1 / (1 + eta_max))``, the smallest ``u = log w``.
+        max_iter: the Newton iteration cap.
+        tol: the step tolerance in ``u``.
+        trust_phi: below this ``log(KL / target)`` a Newton step is replaced by bisection.
+        phi_conv: the ``|log(KL / target)|`` that counts as converged.
+        tiny: fp32's smallest normal.
+        HAS_MASK: rows have a mask (else every entry is valid).
+        TERMS: the token terms of TROLL §4 instead of the projected log-probs.
+        BLOCK_R: rows per program.
+        S_P2: ``S`` padded to a power of 2.
+    """
     pid = tl.program_id(0)
     rr = pid * BLOCK_R + tl.arange(0, BLOCK_R)
     rv = rr < R
@@ -186,10 +245,47 @@ def _project_fwd_kernel(
 
 @triton.jit
 def _project_bwd_kernel(
-    new_ptr, old_ptr, mask_ptr, idx_ptr, w_ptr, proj_ptr, g_ptr, gplp_ptr, glp_ptr, greg_ptr, grad_ptr, R, S, tiny,
-    HAS_MASK: tl.constexpr, TERMS: tl.constexpr, BLOCK_R: tl.constexpr, S_P2: tl.constexpr,
-):  # fmt: skip
-    """∂L/∂log π̃ for a block of rows (TROLL §3); ``TERMS``: upstream gradients of the token terms per row."""
+    new_ptr,
+    old_ptr,
+    mask_ptr,
+    idx_ptr,
+    w_ptr,
+    proj_ptr,
+    g_ptr,
+    gplp_ptr,
+    glp_ptr,
+    greg_ptr,
+    grad_ptr,
+    R,
+    S,
+    tiny,
+    HAS_MASK: tl.constexpr,
+    TERMS: tl.constexpr,
+    BLOCK_R: tl.constexpr,
+    S_P2: tl.constexpr,
+):
+    """∂L/∂log π̃ for a block of rows (TROLL §3); ``TERMS``: upstream gradients of the token terms per row.
+
+    Parameters:
+        new_ptr: ``(R, S)`` current log-probs on the support (fp32), contiguous.
+        old_ptr: ``(R, S)`` old log-probs on the support (fp32), contiguous.
+        mask_ptr: ``(R, S)`` uint8 valid entries (read with ``HAS_MASK`` only).
+        idx_ptr: ``(R,)`` int32 column of the sampled token in each row (read with ``TERMS`` only).
+        w_ptr: ``(R,)`` fp32 the forward's weights ``w``.
+        proj_ptr: ``(R,)`` uint8 rows the forward projected.
+        g_ptr: ``(R, S)`` upstream gradient of the projected log-probs (read without ``TERMS`` only).
+        gplp_ptr: ``(R,)`` upstream gradient of ``log π̃(o_t)`` (``TERMS`` only).
+        glp_ptr: ``(R,)`` upstream gradient of ``log π(o_t)`` (``TERMS`` only).
+        greg_ptr: ``(R,)`` upstream gradient of the regression (``TERMS`` only).
+        grad_ptr: out ``(R, S)`` fp32 gradient with respect to the current log-probs.
+        R: rows.
+        S: the support's width.
+        tiny: fp32's smallest normal.
+        HAS_MASK: rows have a mask (else every entry is valid).
+        TERMS: the token terms of TROLL §4 instead of the projected log-probs.
+        BLOCK_R: rows per program.
+        S_P2: ``S`` padded to a power of 2.
+    """
     pid = tl.program_id(0)
     rr = pid * BLOCK_R + tl.arange(0, BLOCK_R)
     rv = rr < R
@@ -246,7 +342,22 @@ def _solver_args(kl_bound: float, max_iter: int, tol: float | None, eta_max: flo
             k["phi_converged"], _TINY)  # fmt: skip
 
 
-def _forward(new, old, mask, idx, kl_bound, max_iter, tol, eta_max, terms: bool):
+class _Forward(NamedTuple):
+    """The forward kernel's outputs for ``R`` rows of width ``S``."""
+
+    out: torch.Tensor | None  # (R, S) projected log-probs in new's dtype; None with the token terms
+    eta: torch.Tensor  # (R,) fp32
+    kl_before: torch.Tensor  # (R,) fp32
+    kl_after: torch.Tensor  # (R,) fp32
+    projected: torch.Tensor  # (R,) bool
+    w: torch.Tensor  # (R,) fp32, saved for the backward
+    iters: torch.Tensor  # 0-d int32: the slowest block's Newton passes
+    proj_log_prob: torch.Tensor | None  # (R,) fp32, token terms only
+    log_prob: torch.Tensor | None  # (R,) fp32, token terms only
+    regression: torch.Tensor | None  # (R,) fp32, token terms only
+
+
+def _forward(new, old, mask, idx, kl_bound, max_iter, tol, eta_max, terms: bool) -> _Forward:
     R, S = new.shape
     dev = new.device
     s_p2, block_r = _config(S)
@@ -266,7 +377,9 @@ def _forward(new, old, mask, idx, kl_bound, max_iter, tol, eta_max, terms: bool)
         )  # fmt: skip
     else:
         iters.zero_()
-    return out, eta, klb, kla, projected.view(torch.bool), w, iters.max(), plp, lp, reg
+    if not terms:
+        plp = lp = reg = None
+    return _Forward(out, eta, klb, kla, projected.view(torch.bool), w, iters.max(), plp, lp, reg)
 
 
 def _backward(new, old, mask, idx, w, projected, g, g_plp, g_lp, g_reg, terms: bool):
@@ -298,12 +411,10 @@ class KLProjection(torch.autograd.Function):
         """One launch (plus the iteration count's max)."""
         new_c, old_c = new.detach().contiguous(), old.detach().contiguous()
         mask_c = None if mask is None else mask.contiguous()
-        out, eta, klb, kla, projected, w, iters, *_ = _forward(
-            new_c, old_c, mask_c, None, kl_bound, max_iter, tol, eta_max, terms=False
-        )
-        ctx.save_for_backward(new_c, old_c, mask_c, w, projected)
-        ctx.mark_non_differentiable(eta, klb, kla, projected, iters)
-        return out, eta, klb, kla, projected, iters
+        f = _forward(new_c, old_c, mask_c, None, kl_bound, max_iter, tol, eta_max, terms=False)
+        ctx.save_for_backward(new_c, old_c, mask_c, f.w, f.projected)
+        ctx.mark_non_differentiable(f.eta, f.kl_before, f.kl_after, f.projected, f.iters)
+        return f.out, f.eta, f.kl_before, f.kl_after, f.projected, f.iters
 
     @staticmethod
     @once_differentiable
@@ -332,12 +443,10 @@ class TokenTerms(torch.autograd.Function):
         new_c, old_c = new.detach().contiguous(), old.detach().contiguous()
         mask_c = None if mask is None else mask.contiguous()
         idx = sampled_index.to(torch.int32).contiguous()
-        _, eta, klb, kla, projected, w, iters, plp, lp, reg = _forward(
-            new_c, old_c, mask_c, idx, kl_bound, max_iter, tol, eta_max, terms=True
-        )
-        ctx.save_for_backward(new_c, old_c, mask_c, idx, w, projected)
-        ctx.mark_non_differentiable(klb, kla, eta, projected, iters)
-        return plp, lp, reg, klb, kla, eta, projected, iters
+        f = _forward(new_c, old_c, mask_c, idx, kl_bound, max_iter, tol, eta_max, terms=True)
+        ctx.save_for_backward(new_c, old_c, mask_c, idx, f.w, f.projected)
+        ctx.mark_non_differentiable(f.kl_before, f.kl_after, f.eta, f.projected, f.iters)
+        return f.proj_log_prob, f.log_prob, f.regression, f.kl_before, f.kl_after, f.eta, f.projected, f.iters
 
     @staticmethod
     @once_differentiable

@@ -42,11 +42,41 @@ def num_chunks(vocab: int) -> int:
 
 @triton.jit
 def _stats_kernel(
-    z_ptr, stride_z, rows_ptr, lse_ptr, cmax_ptr, csum_ptr, target_ptr, target_lp_ptr, V, NC,
-    HAS_ROWS: tl.constexpr, CHUNK_STATS: tl.constexpr, HAS_TARGET: tl.constexpr,
-    CHUNK_: tl.constexpr, CPT: tl.constexpr,
-):  # fmt: skip
-    """One program per selected row; see the module docstring."""
+    z_ptr,
+    stride_z,
+    rows_ptr,
+    lse_ptr,
+    cmax_ptr,
+    csum_ptr,
+    target_ptr,
+    target_lp_ptr,
+    V,
+    NC,
+    HAS_ROWS: tl.constexpr,
+    CHUNK_STATS: tl.constexpr,
+    HAS_TARGET: tl.constexpr,
+    CHUNK_: tl.constexpr,
+    CPT: tl.constexpr,
+):
+    """One program per selected row; see the module docstring.
+
+    Parameters:
+        z_ptr: ``(N_all, V)`` logits (fp32/bf16/fp16), last dim contiguous; read only.
+        stride_z: the logits' row stride (elements).
+        rows_ptr: ``(N,)`` int64 logits row of each program (read with ``HAS_ROWS`` only).
+        lse_ptr: out ``(N,)`` fp32 log-sum-exp.
+        cmax_ptr: out ``(N, NC)`` fp32 chunk maxima (written with ``CHUNK_STATS`` only).
+        csum_ptr: out ``(N, NC)`` fp32 chunk exp-sums about their maxima (written with ``CHUNK_STATS`` only).
+        target_ptr: ``(N,)`` int64 column per row (read with ``HAS_TARGET`` only).
+        target_lp_ptr: out ``(N,)`` fp32 ``z[target] − lse`` (written with ``HAS_TARGET`` only).
+        V: vocabulary size.
+        NC: chunks per row, ``ceil(V / CHUNK_)``.
+        HAS_ROWS: programs read ``rows_ptr`` (else program ``i`` reads row ``i``).
+        CHUNK_STATS: write the chunk statistics.
+        HAS_TARGET: write the target log-probs.
+        CHUNK_: columns per chunk (:data:`CHUNK`).
+        CPT: chunks per loop step.
+    """
     pid = tl.program_id(0)
     if HAS_ROWS:
         row = tl.load(rows_ptr + pid).to(tl.int64)

@@ -232,12 +232,59 @@ def _row_tail(
 # ------------------------------------------------------------------------------------------------------ kernels
 @triton.jit
 def _old_topk_kernel(
-    z_ptr, stride_z, rows_ptr, lse_ptr, cmax_ptr, csum_ptr, scr_ptr, ids_ptr, lps_ptr, tail_ptr,
-    V, NC, K, SCR, keep_mass, log_floor,
-    HAS_ROWS: tl.constexpr, KC: tl.constexpr, NC_P2: tl.constexpr, K_P2: tl.constexpr, C_P2: tl.constexpr,
-    CHUNK_: tl.constexpr, LOW_BIT: tl.constexpr, SB: tl.constexpr,
-):  # fmt: skip
-    """The old pass: top-K ids (−1 past the mass rule), their log-probs (floor past it) and the clamped tail."""
+    z_ptr,
+    stride_z,
+    rows_ptr,
+    lse_ptr,
+    cmax_ptr,
+    csum_ptr,
+    scr_ptr,
+    ids_ptr,
+    lps_ptr,
+    tail_ptr,
+    V,
+    NC,
+    K,
+    SCR,
+    keep_mass,
+    log_floor,
+    HAS_ROWS: tl.constexpr,
+    KC: tl.constexpr,
+    NC_P2: tl.constexpr,
+    K_P2: tl.constexpr,
+    C_P2: tl.constexpr,
+    CHUNK_: tl.constexpr,
+    LOW_BIT: tl.constexpr,
+    SB: tl.constexpr,
+):
+    """The old pass: top-K ids (−1 past the mass rule), their log-probs (floor past it) and the clamped tail.
+
+    Parameters:
+        z_ptr: ``(N_all, V)`` logits (fp32/bf16/fp16), last dim contiguous.
+        stride_z: the logits' row stride.
+        rows_ptr: ``(N,)`` int64 logits row of each program (read with ``HAS_ROWS`` only).
+        lse_ptr: ``(N,)`` fp32 log-sum-exp of the selected rows (:func:`.stats.row_stats`).
+        cmax_ptr: ``(N, NC)`` fp32 chunk maxima.
+        csum_ptr: ``(N, NC)`` fp32 chunk exp-sums; the chunks holding support tokens are overwritten with 0.
+        scr_ptr: ``(N, SCR)`` int64 scratch per row: top chunk ids | top-K positions | sorted ids or candidates.
+        ids_ptr: out ``(N, K)`` int32 top-K ids by descending logit, −1 past the mass rule.
+        lps_ptr: out ``(N, K)`` their log-probs (the log-probs' dtype), ``log_floor`` past the mass rule.
+        tail_ptr: out ``(N,)`` fp32 tail log-mass, clamped to ``log_floor``.
+        V: vocabulary size.
+        NC: chunks per row.
+        K: the top-K.
+        SCR: the scratch row's width.
+        keep_mass: ``1 − δ``, the mass rule's threshold.
+        log_floor: log of the floor probability.
+        HAS_ROWS: programs read ``rows_ptr`` (else program ``i`` reads row ``i``).
+        KC: the top chunks searched, ``min(K_P2, NC_P2)``.
+        NC_P2: ``NC`` padded to a power of 2.
+        K_P2: ``K`` padded to a power of 2.
+        C_P2: the union's width padded (unused by this pass; shared with the update pass's configuration).
+        CHUNK_: columns per chunk.
+        LOW_BIT: low bits of the fp32 pattern that are zero in the logits' dtype (the radix select skips them).
+        SB: support tokens per block of the tail's chunk re-read.
+    """
     pid = tl.program_id(0)
     pid64 = pid.to(tl.int64)
     if HAS_ROWS:
@@ -264,14 +311,80 @@ def _old_topk_kernel(
 
 @triton.jit
 def _support_kernel(
-    z_ptr, stride_z, rows_ptr, lse_ptr, cmax_ptr, csum_ptr, scr_ptr,
-    old_ids_ptr, old_lp_ptr, sampled_ptr, sampled_old_lp_ptr,
-    ids_ptr, old_ptr, valid_ptr, new_ptr, tail_ptr,
-    V, NC, K, KO, C, SCR, keep_mass, log_floor,
-    HAS_ROWS: tl.constexpr, KC: tl.constexpr, NC_P2: tl.constexpr, K_P2: tl.constexpr, KO_P2: tl.constexpr,
-    C_P2: tl.constexpr, CHUNK_: tl.constexpr, LOW_BIT: tl.constexpr, SB: tl.constexpr, RB: tl.constexpr,
-):  # fmt: skip
-    """The update pass: the union support of a row (ids, old and new log-probs, mask) and its raw tail."""
+    z_ptr,
+    stride_z,
+    rows_ptr,
+    lse_ptr,
+    cmax_ptr,
+    csum_ptr,
+    scr_ptr,
+    old_ids_ptr,
+    old_lp_ptr,
+    sampled_ptr,
+    sampled_old_lp_ptr,
+    ids_ptr,
+    old_ptr,
+    valid_ptr,
+    new_ptr,
+    tail_ptr,
+    V,
+    NC,
+    K,
+    KO,
+    C,
+    SCR,
+    keep_mass,
+    log_floor,
+    HAS_ROWS: tl.constexpr,
+    KC: tl.constexpr,
+    NC_P2: tl.constexpr,
+    K_P2: tl.constexpr,
+    KO_P2: tl.constexpr,
+    C_P2: tl.constexpr,
+    CHUNK_: tl.constexpr,
+    LOW_BIT: tl.constexpr,
+    SB: tl.constexpr,
+    RB: tl.constexpr,
+):
+    """The update pass: the union support of a row (ids, old and new log-probs, mask) and its raw tail.
+
+    Parameters:
+        z_ptr: ``(N_all, V)`` logits (fp32/bf16/fp16), last dim contiguous.
+        stride_z: the logits' row stride.
+        rows_ptr: ``(N,)`` int64 logits row of each program (read with ``HAS_ROWS`` only).
+        lse_ptr: ``(N,)`` fp32 log-sum-exp of the selected rows (:func:`.stats.row_stats`).
+        cmax_ptr: ``(N, NC)`` fp32 chunk maxima.
+        csum_ptr: ``(N, NC)`` fp32 chunk exp-sums; the chunks holding support tokens are overwritten with 0.
+        scr_ptr: ``(N, SCR)`` int64 scratch per row: top chunk ids | top-K positions | sorted ids or candidates.
+        old_ids_ptr: ``(N, KO)`` int stored old top-K ids, −1 at invalid slots.
+        old_lp_ptr: ``(N, KO)`` their old log-probs.
+        sampled_ptr: ``(N,)`` int64 sampled token ids.
+        sampled_old_lp_ptr: ``(N,)`` the sampled tokens' exact old log-probs.
+        ids_ptr: out ``(N, C)`` int64 union ids sorted ascending, −1 padding last.
+        old_ptr: out ``(N, C)`` fp32 old log-probs (``log_floor`` for a token only the current policy brought in
+            and at padding).
+        valid_ptr: out ``(N, C)`` uint8 valid slots.
+        new_ptr: out ``(N, C)`` fp32 current log-probs (0 at padding).
+        tail_ptr: out ``(N,)`` fp32 unclamped tail log-mass.
+        V: vocabulary size.
+        NC: chunks per row.
+        K: the current top-K.
+        KO: the stored old width.
+        C: the union's width, ``KO + K + 1``.
+        SCR: the scratch row's width.
+        keep_mass: ``1 − δ``, the mass rule's threshold.
+        log_floor: log of the floor probability.
+        HAS_ROWS: programs read ``rows_ptr`` (else program ``i`` reads row ``i``).
+        KC: the top chunks searched, ``min(K_P2, NC_P2)``.
+        NC_P2: ``NC`` padded to a power of 2.
+        K_P2: ``K`` padded to a power of 2.
+        KO_P2: ``KO`` padded to a power of 2.
+        C_P2: ``C`` padded to a power of 2.
+        CHUNK_: columns per chunk.
+        LOW_BIT: low bits of the fp32 pattern that are zero in the logits' dtype (the radix select skips them).
+        SB: support tokens per block of the tail's chunk re-read.
+        RB: union candidates ranked per block.
+    """
     pid = tl.program_id(0)
     pid64 = pid.to(tl.int64)
     if HAS_ROWS:
@@ -334,8 +447,12 @@ def old_topk(logits, rows, k: int, mass_delta: float, log_floor: float, value_dt
     """The old pass on the selected rows (:func:`troll_verl.core.sparse.old_topk_from_logits`'s outputs).
 
     Args:
-        logits: ``(N_all, V)`` fp32/bf16/fp16, last dim contiguous. rows: optional ``(N,)`` int64.
-        k: the top-K (≤ V). mass_delta: δ. log_floor: log of the floor probability. value_dtype: the log-probs' dtype.
+        logits: ``(N_all, V)`` fp32/bf16/fp16, last dim contiguous.
+        rows: optional ``(N,)`` int64.
+        k: the top-K (≤ V).
+        mass_delta: δ.
+        log_floor: log of the floor probability.
+        value_dtype: the log-probs' dtype.
 
     Returns:
         ``(ids (N, k) int32, logprobs (N, k) value_dtype, tail (N,) fp32 clamped to log_floor)``.
@@ -365,8 +482,15 @@ def support_forward(logits, rows, old_ids, old_lp, sampled, sampled_old_lp, k: i
     :mod:`troll_verl.core.sparse`), at the fixed width ``C = K_old + k + 1``.
 
     Args:
-        logits: ``(N_all, V)``. rows: optional ``(N,)`` int64. old_ids: ``(N, K_old)`` int (−1 invalid).
-        old_lp: ``(N, K_old)``. sampled: ``(N,)`` int64. sampled_old_lp: ``(N,)``. k: the current top-K (≤ V).
+        logits: ``(N_all, V)``.
+        rows: optional ``(N,)`` int64.
+        old_ids: ``(N, K_old)`` int (−1 invalid).
+        old_lp: ``(N, K_old)``.
+        sampled: ``(N,)`` int64.
+        sampled_old_lp: ``(N,)``.
+        k: the current top-K (≤ V).
+        mass_delta: δ.
+        log_floor: log of the floor probability.
 
     Returns:
         ``(ids (N, C) int64, old (N, C) fp32, valid (N, C) bool, new (N, C) fp32, tail_raw (N,) fp32, lse (N,) fp32)``;
