@@ -136,7 +136,9 @@ def test_trainer_in_bypass_mode_warns_where_the_mismatch_metric_is_not_reported(
     class _Trainer(trainer_module.TrollTrainerMixin, _Base):
         troll_base_mode = "sync"
 
-    monkeypatch.setattr(trainer_module, "seam_available", lambda: seam)
+    monkeypatch.setattr(
+        trainer_module.seam, "route", lambda: trainer_module.seam.SEAM if seam else trainer_module.seam.STOCK
+    )
     with caplog.at_level("WARNING", logger=trainer_module.logger.name):
         trainer = _Trainer(compose_config("/nonexistent", *BYPASS, "trainer.v1.trainer_mode=troll"))
     assert trainer.troll_bypass

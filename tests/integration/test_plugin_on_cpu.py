@@ -109,6 +109,7 @@ def test_the_route_is_chosen_once_at_registration(monkeypatch):
     where verl has the seam, else the stock route's (which never looks for the seam again)."""
     import troll_verl.core.losses  # noqa: F401  (verl's registry loaded and registered first, on the real route)
     import troll_verl.integration.plugin as plugin
+    from troll_verl.integration import seam
 
     registered = {}
 
@@ -125,13 +126,13 @@ def test_the_route_is_chosen_once_at_registration(monkeypatch):
 
             return decorate
 
-    for seam, forwarder in ((True, plugin.troll_policy_loss_seam), (False, plugin.troll_policy_loss_stock)):
-        monkeypatch.setattr(plugin, "seam_available", lambda seam=seam: seam)
+    for route, forwarder in ((seam.SEAM, plugin.troll_policy_loss_seam), (seam.STOCK, plugin.troll_policy_loss_stock)):
+        monkeypatch.setattr(seam, "route", lambda route=route: route)
         plugin._register_policy_loss(FakeCoreAlgos)
         fn, spec = registered[plugin.POLICY_LOSS_NAME]
         assert fn is forwarder
-        assert (spec is not None and spec.fields["logits_fn"] is plugin.troll_logits_hook) == seam
-    assert "seam_available" not in plugin.troll_policy_loss_stock.__code__.co_names
+        assert (spec is not None and spec.fields["logits_fn"] is plugin.troll_logits_hook) == (route == seam.SEAM)
+    assert "route" not in plugin.troll_policy_loss_stock.__code__.co_names
 
 
 def _verl_tree(tmp_path, drop: tuple[str, str] | None = None):

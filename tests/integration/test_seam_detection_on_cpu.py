@@ -25,7 +25,7 @@ import verl.workers.config as verl_config
 from verl.trainer.ppo import core_algos
 
 from troll_verl.core.layout import OLD_TOPK_KEYS
-from troll_verl.integration import plugin
+from troll_verl.integration import plugin, seam
 from troll_verl.integration.seam import SEAM_SPEC_FIELDS, SEAM_SWITCH, seam_available
 
 
@@ -89,8 +89,25 @@ def test_the_plugins_spec_sets_exactly_the_seam_fields():
     assert set(plugin.troll_spec_fields()) == set(SEAM_SPEC_FIELDS)
 
 
+@pytest.fixture
+def fresh_route():
+    """The route decided anew for this test's fake verl, and again after it for the installed one."""
+    seam.route.cache_clear()
+    yield
+    seam.route.cache_clear()
+
+
+def test_the_route_is_decided_once_per_process(monkeypatch, fresh_route):
+    """route() asks seam_available() on its first call only: every later reader gets the same value."""
+    asked = []
+    monkeypatch.setattr(seam, "seam_available", lambda: asked.append(1) or True)
+    assert seam.route() == seam.SEAM
+    monkeypatch.setattr(seam, "seam_available", lambda: asked.append(1) or False)
+    assert seam.route() == seam.SEAM and len(asked) == 1
+
+
 @pytest.mark.parametrize("name", VERLS)
-def test_a_partial_seam_is_no_seam_and_the_plugin_takes_its_own_route(monkeypatch, name):
+def test_a_partial_seam_is_no_seam_and_the_plugin_takes_its_own_route(monkeypatch, name, fresh_route):
     attributes, actor_config, seam = VERLS[name]
     for attribute in ("PolicyLossSpec", "POLICY_LOSS_LOGITS", "OLD_TOPK_KEYS"):
         if attribute in attributes:

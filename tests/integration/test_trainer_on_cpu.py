@@ -91,7 +91,7 @@ def test_an_old_pass_that_stores_fewer_tokens_than_topk_is_refused_on_the_seam(m
     import troll_verl.integration.seam as seam
 
     config = compose_config("/nonexistent", f"++actor_rollout_ref.actor.calculate_old_topk={stored}")
-    monkeypatch.setattr(seam, "seam_available", lambda: True)
+    monkeypatch.setattr(seam, "route", lambda: seam.SEAM)
     if refused:
         with pytest.raises(
             ValueError,
@@ -102,7 +102,7 @@ def test_an_old_pass_that_stores_fewer_tokens_than_topk_is_refused_on_the_seam(m
             validate_troll_config(config)
     else:
         assert validate_troll_config(config).topk == 64
-    monkeypatch.setattr(seam, "seam_available", lambda: False)
+    monkeypatch.setattr(seam, "route", lambda: seam.STOCK)
     assert validate_troll_config(config).topk == 64
 
 

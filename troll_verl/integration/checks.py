@@ -92,11 +92,11 @@ def validate_troll_config(config) -> TrollPolicyLossConfig:
     from troll_verl.bypass.mode import bypass_requested, check_bypass_config
     from troll_verl.compat import has_v1_task_runner
 
-    from .seam import seam_available
+    from . import seam
 
     if not OmegaConf.select(config, "trainer.use_v1", default=True):
         # verl's legacy trainer: verl's actor worker runs TROLL's training worker, as on the v1 trainers
-        if seam_available():
+        if seam.route() == seam.SEAM:
             raise ValueError(
                 "TROLL on the legacy trainer (trainer.use_v1=false) has not run on a verl with the policy-loss logits "
                 "seam (upstream/): there verl's own RayPPOTrainer tags the passes. Set trainer.use_v1=true."
@@ -145,7 +145,7 @@ def validate_troll_config(config) -> TrollPolicyLossConfig:
     settings = troll_settings(SimpleNamespace(policy_loss=omega_conf_to_dataclass(actor.policy_loss)))
     # 0 (unset): TROLL's trainers set it to topk (prepare_troll_run)
     old_topk = OmegaConf.select(config, "actor_rollout_ref.actor.calculate_old_topk", default=0) or 0
-    if seam_available() and 0 < old_topk < settings.topk:
+    if seam.route() == seam.SEAM and 0 < old_topk < settings.topk:
         raise ValueError(
             f"On a verl with the policy-loss logits seam TROLL reads the old policy's top-K that verl's old-log-prob "
             f"pass stores, and actor_rollout_ref.actor.calculate_old_topk={old_topk} stores fewer than "
@@ -180,12 +180,12 @@ def prepare_troll_run(config) -> TrollPolicyLossConfig | None:
 
     from troll_verl.bypass.mode import bypass_requested, prepare_bypass
 
+    from . import seam
     from .config import use_troll_policy_loss_config
-    from .seam import seam_available
 
     settings = validate_troll_config(config)
     use_troll_policy_loss_config(config)
-    if seam_available() and not config.actor_rollout_ref.actor.get("calculate_old_topk", 0):
+    if seam.route() == seam.SEAM and not config.actor_rollout_ref.actor.get("calculate_old_topk", 0):
         # verl's old-log-prob pass stores the old top-K that TROLL's update hook reads (upstream C)
         with open_dict(config):
             config.actor_rollout_ref.actor.calculate_old_topk = settings.topk

@@ -65,7 +65,7 @@ trainer that builds verl's actor worker.
 
 **Two routes, chosen once, at registration.** Where verl has the policy-loss logits seam
 (``core_algos.PolicyLossSpec``: upstream B and C, see ``upstream/``;
-:func:`troll_verl.integration.seam.seam_available`), loss ``troll`` is :func:`troll_policy_loss_seam`, registered with
+:func:`troll_verl.integration.seam.route`), loss ``troll`` is :func:`troll_policy_loss_seam`, registered with
 its update hook (:func:`troll_verl.core.losses.troll_logits_fn` on the old top-K that verl's old-log-prob pass
 stores with ``actor.calculate_old_topk``, :func:`troll_verl.core.losses.troll_old_fields`), and verl's engines,
 workers, trainers and ``ppo_loss`` run TROLL unchanged. On verl 0.9 as released it is
@@ -93,8 +93,8 @@ from ..compat import (
     rollout_replica_loader,
     set_rollout_class_path,
 )
+from . import seam
 from .checks import POLICY_LOSS_NAME
-from .seam import seam_available
 
 logger = logging.getLogger(__name__)
 
@@ -258,7 +258,7 @@ def troll_policy_loss_spec(core_algos):
 
 def _register_policy_loss(core_algos) -> None:
     """Register loss ``troll`` for the route this verl offers, chosen once here: the seam's forwarder with its spec
-    where verl has the seam (:func:`troll_verl.integration.seam.seam_available`), else the stock route's."""
+    where verl has the seam (:func:`troll_verl.integration.seam.route`), else the stock route's."""
     existing = registered_policy_loss(POLICY_LOSS_NAME)
     if existing is not None and existing not in (troll_policy_loss_seam, troll_policy_loss_stock):
         raise RuntimeError(
@@ -269,7 +269,7 @@ def _register_policy_loss(core_algos) -> None:
     # variants: the ablations' solver, tail and old-side estimates (troll_verl.ablations)
     importlib.import_module("troll_verl.kernels")
     importlib.import_module("troll_verl.ablations")
-    if seam_available():
+    if seam.route() == seam.SEAM:
         spec = troll_policy_loss_spec(core_algos)
         core_algos.register_policy_loss(POLICY_LOSS_NAME, spec=spec)(troll_policy_loss_seam)
     else:

@@ -18,14 +18,20 @@ by the trainer (``core_algos.POLICY_LOSS_LOGITS``). C: ``actor.calculate_old_top
 store the old policy's top-K under fixed keys (``core_algos.OLD_TOPK_KEYS``), which the trainers carry to the update.
 Where the seam exists, troll-verl registers TROLL that way (:mod:`troll_verl.integration.plugin`) and its worker and
 trainer leave the passes to verl; on verl 0.9 as released they route them through verl's distillation logits hook
-(:mod:`troll_verl.integration.loss_fn`). The plugin asks once, when it registers the loss. The seam is present only
-when every field and hook TROLL uses is: a verl with B but not C (or an earlier shape of either) takes the stock
-route.
+(:mod:`troll_verl.integration.loss_fn`). The seam is present only when every field and hook TROLL uses is: a verl
+with B but not C (or an earlier shape of either) takes the stock route.
+
+The route is decided once per process (:func:`route`) and read as a value where it matters: the plugin's
+registration, the worker's loss function, the trainer's bypass warning and the run's validation and preparation.
 """
 
 import dataclasses
+import functools
 
-__all__ = ["seam_available", "SEAM_SPEC_FIELDS", "SEAM_SWITCH"]
+__all__ = ["SEAM", "STOCK", "route", "seam_available", "SEAM_SPEC_FIELDS", "SEAM_SWITCH"]
+
+# the two routes TROLL takes through verl (route())
+SEAM, STOCK = "seam", "stock"
 
 # every field of verl's PolicyLossSpec that TROLL's spec sets (B)
 SEAM_SPEC_FIELDS = ("logits_fn", "logits_output_keys", "provides_log_probs")
@@ -56,3 +62,10 @@ def seam_available() -> bool:
     return dataclasses.is_dataclass(ActorConfig) and "calculate_old_topk" in {
         field.name for field in dataclasses.fields(ActorConfig)
     }
+
+
+@functools.cache
+def route() -> str:
+    """:data:`SEAM` where this verl has the seam (:func:`seam_available`), else :data:`STOCK`; decided on the first
+    call and kept for the process (the installed verl does not change under a running process)."""
+    return SEAM if seam_available() else STOCK

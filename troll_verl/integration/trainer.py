@@ -57,9 +57,9 @@ from troll_verl.bypass.vllm_topk import TopKFullyAsyncLLMServerClient
 from troll_verl.compat import rebuild_llm_client
 from troll_verl.platform.cpu import cpu_platform_requested
 
+from . import seam
 from .checks import prepare_troll_run, troll_trainer_mode
 from .ray_workers import swap_worker_classes
-from .seam import seam_available
 
 logger = logging.getLogger(__name__)
 logger.setLevel(os.getenv("VERL_LOGGING_LEVEL", "INFO"))
@@ -93,7 +93,7 @@ class TrollTrainerMixin:
         # NOTE: verl keys its sync-vs-async behaviour off trainer.v1.trainer_mode; run as verl's own mode.
         with open_dict(config):
             config.trainer.v1.trainer_mode = self.troll_base_mode
-        if self.troll_bypass and seam_available():
+        if self.troll_bypass and seam.route() == seam.SEAM:
             # NOTE: the mismatch metric lives in TROLL's loss function, which verl's own ppo_loss replaces on the seam
             logger.warning(
                 "TROLL bypass mode on a verl with the policy-loss logits seam: troll/mismatch_kl and "

@@ -36,7 +36,7 @@ policy-loss logits seam:
   the old pass), ``troll/old_pass_recompute_s`` (the extra pass's time, 0 when none ran) and
   ``troll/old_from_rollout`` (1 where the old top-K is the rollout's).
 
-Where verl has the seam (:func:`troll_verl.integration.seam.seam_available`), verl's own worker runs TROLL and this
+Where verl has the seam (:func:`troll_verl.integration.seam.route`), verl's own worker runs TROLL and this
 class adds only the CPU platform's process group. This module imports only ``verl.workers.engine_workers`` of verl's
 workers (the module whose loading installs these classes); the Ray worker classes TROLL's trainers swap in are in
 :mod:`troll_verl.integration.ray_workers`. Every worker class here first runs TROLL's start-up checks in its
@@ -63,11 +63,11 @@ from troll_verl.compat import ENGINE_BATCH_ADAPTER_METHODS, VerlVersionError, pp
 from troll_verl.core.layout import OLD_FIELDS
 from troll_verl.platform.cpu import init_cpu_process_group
 
+from . import seam
 from .checks import uses_troll
 from .config import troll_settings
 from .loss_fn import TROLL_MODE_KEY, TrollLossFn
 from .old_cache import OldTopKCache
-from .seam import seam_available
 from .startup import check_training_worker_start
 
 __all__ = [
@@ -122,7 +122,7 @@ class TrollActorTrainingWorker(TrollTrainingWorker):
         if torch.distributed.is_initialized() and torch.distributed.get_rank() == 0:
             # NOTE: print, as verl's workers do: Ray's worker log shows no INFO records
             print(kernels.describe_choice(), flush=True)
-        if not seam_available():
+        if seam.route() == seam.STOCK:
             self.troll_loss_fn = TrollLossFn(actor_config, old_sink=self.old_topk_cache.put)
             loss_fn = self.troll_loss_fn
         super().set_loss_fn(loss_fn)

@@ -150,9 +150,9 @@ def make_batch(vocab: int, prompt_lens, response_lens, seed: int = 0):
 def with_kept_old_fields(worker, batch, output):
     """``output`` of :func:`old_pass` with the old top-K TROLL's worker kept for ``batch`` added (a test that changes
     the old distribution before the update hands it on the batch, :func:`update_batch`); as is on the seam."""
-    from troll_verl.integration.seam import seam_available
+    from troll_verl.integration import seam
 
-    if not seam_available():
+    if seam.route() == seam.STOCK:
         output.update(kept_old_fields(worker, batch))
     return output
 
@@ -168,21 +168,21 @@ def old_pass(worker, batch, temperature: float, store: bool = True, **flags):
 
     from troll_verl.core.layout import OLD_FIELDS, OLD_TOPK_KEYS
     from troll_verl.core.losses import troll_old_fields
-    from troll_verl.integration.seam import seam_available
+    from troll_verl.integration import seam
 
-    seam = seam_available() and store
-    cfg = omega_conf_to_dataclass(worker.config.actor.policy_loss).troll if seam else None
+    on_seam = seam.route() == seam.SEAM and store
+    cfg = omega_conf_to_dataclass(worker.config.actor.policy_loss).troll if on_seam else None
     data = batch.clone()
     tu.assign_non_tensor(
         data,
         calculate_entropy=True,
         compute_loss=False,
         temperature=temperature,
-        **({"calculate_old_topk": cfg.topk} if seam else {}),
+        **({"calculate_old_topk": cfg.topk} if on_seam else {}),
         **flags,
     )
     output = worker.compute_log_prob(data)
-    if seam and output is not None:  # None on a rank that returns no output; verl cuts the top-K to the responses
+    if on_seam and output is not None:  # None on a rank that returns no output; verl cuts the top-K to the responses
         mask = batch["response_mask"]
         stored = tu.get_tensordict({key: response_from_nested(output[key], mask) for key in OLD_TOPK_KEYS})
         derived = troll_old_fields(stored, cfg)
@@ -201,7 +201,7 @@ def update_batch(
     from verl.utils import tensordict_utils as tu
     from verl.workers.utils.padding import response_from_nested
 
-    from troll_verl.integration.seam import seam_available
+    from troll_verl.integration import seam
 
     data = batch.clone()
     data["old_log_probs"] = response_from_nested(old_output["log_probs"], batch["response_mask"])
@@ -221,6 +221,6 @@ def update_batch(
         epochs=epochs,
         seed=0,
         dataloader_kwargs={"shuffle": False},
-        **({"policy_loss_logits": True} if troll and seam_available() else {}),
+        **({"policy_loss_logits": True} if troll and seam.route() == seam.SEAM else {}),
     )
     return data
