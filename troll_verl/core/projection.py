@@ -45,7 +45,7 @@ from torch.autograd.function import once_differentiable
 from .host import host_reads
 from .variants import variant
 
-__all__ = ["ProjectionResult", "project", "compute_dtype", "full_precision"]
+__all__ = ["ProjectionResult", "project", "compute_dtype", "full_precision", "solver_constants", "DEFAULT_MAX_ITER"]
 
 
 # Safety margin on the bound: the solver aims at ε·(1 − margin) − _MARGIN_ULPS·M·eps(dtype) per row, M the
@@ -60,6 +60,21 @@ _DEFAULT_TOL = {torch.float32: 1e-4, torch.float64: 1e-8}
 _NEWTON_TRUST_PHI = -math.log(1e4)
 # |log(KL / target)| below which a small step counts as converged (guards against stalled steps).
 _PHI_CONVERGED = 1e-2
+# the solver's iteration cap when the caller sets none
+DEFAULT_MAX_ITER = 30
+
+
+def solver_constants(dtype: torch.dtype) -> dict[str, float]:
+    """The Newton solver's constants in ``dtype`` (fp32 or fp64), for a solver elsewhere that must stop on the same
+    test (a fast path): the relative target margin, the rounding margin in units of eps·max|log p|, the default step
+    tolerance in log w, the trust threshold on log(KL / target) and the |log(KL / target)| that counts as converged."""
+    return dict(
+        target_margin=_TARGET_MARGIN[dtype],
+        margin_ulps=_MARGIN_ULPS,
+        tol=_DEFAULT_TOL[dtype],
+        trust_phi=_NEWTON_TRUST_PHI,
+        phi_converged=_PHI_CONVERGED,
+    )
 
 
 class ProjectionResult(NamedTuple):
@@ -109,7 +124,7 @@ def project(
             are left unchanged.
         solver: ``"newton"`` (safeguarded Newton in log w with bisection fallback, the core's) or another solver
             registered under that name (:mod:`.variants`).
-        max_iter: iteration cap; defaults to 30.
+        max_iter: iteration cap; defaults to :data:`DEFAULT_MAX_ITER` (30).
         tol: stopping tolerance on the Newton step in log w; None picks a dtype default.
         eta_max: largest admissible η; rows that still violate the bound there report it in ``kl_after``.
 
@@ -120,7 +135,7 @@ def project(
     _check_args(new_logprobs, old_logprobs, kl_bound, mask, max_iter, tol, eta_max)
     solve = variant("solver", solver)  # None: Newton, the core's
     if max_iter is None:
-        max_iter = 30
+        max_iter = DEFAULT_MAX_ITER
     out, eta, kl_before, kl_after, projected, iters = _KLProjection.apply(
         new_logprobs, old_logprobs, mask, float(kl_bound), solve, int(max_iter), tol, float(eta_max)
     )

@@ -64,7 +64,15 @@ from torch.autograd.function import once_differentiable
 from .fast_paths import fast_path
 from .host import host_reads
 from .projection import compute_dtype, full_precision
-from .support import OldTopK, SparseSupport, assemble_support, check_sparse_inputs, check_support_args
+from .support import (
+    OldTopK,
+    SparseSupport,
+    assemble_support,
+    check_logits,
+    check_rows,
+    check_sparse_inputs,
+    check_support_args,
+)
 
 __all__ = [
     "OldTopK",
@@ -83,27 +91,6 @@ __all__ = [
 MIN_CHUNKS = 8
 MAX_CHUNK_BYTES = 2**30
 _PRIO_SAMPLED, _PRIO_OLD, _PRIO_NEW, _PRIO_SHIFT = 0, 1, 2, 2  # sort key = id << 2 | priority
-
-
-# ----------------------------------------------------------------------------------------------------------
-# argument checks
-# ----------------------------------------------------------------------------------------------------------
-def _check_logits(name: str, logits: torch.Tensor) -> None:
-    if not isinstance(logits, torch.Tensor) or logits.dim() != 2 or not logits.is_floating_point():
-        raise ValueError(
-            f"{name} must be a floating (N, V) tensor, got {getattr(logits, 'shape', type(logits))}; "
-            "flatten batch and sequence dims first."
-        )
-
-
-def _check_rows(rows: torch.Tensor, n_logits: int) -> int:
-    """Check that ``rows`` is a 1-D int64 index into the ``n_logits`` rows of the logits; return its length."""
-    if not isinstance(rows, torch.Tensor) or rows.dim() != 1 or rows.dtype != torch.long:
-        raise ValueError(f"rows must be a 1-D int64 tensor of row indices, got {getattr(rows, 'dtype', type(rows))}.")
-    # the range check reads the rows back to the host: on the CPU only (an accelerator's indexing asserts itself)
-    if rows.numel() and host_reads(rows) and (int(rows.min()) < 0 or int(rows.max()) >= n_logits):
-        raise ValueError(f"rows must index the {n_logits} rows of logits, got values outside [0, {n_logits}).")
-    return rows.shape[0]
 
 
 def _chunk_rows(n_rows: int, vocab: int, chunk_size: int | None) -> int:
@@ -381,10 +368,10 @@ def old_topk_from_logits(
         result = fast(logits, topk, mass_delta, floor, value_dtype, chunk_size, rows)
         if result is not None:
             return result
-    _check_logits("logits", logits)
+    check_logits(logits)
     check_support_args(topk, mass_delta, floor)
     V = logits.shape[1]
-    N = logits.shape[0] if rows is None else _check_rows(rows, logits.shape[0])
+    N = logits.shape[0] if rows is None else check_rows(rows, logits.shape[0])
     k = min(topk, statistics.vocab_size(V))
     log_floor = math.log(floor)
     cdt = compute_dtype(logits.dtype)
@@ -591,10 +578,10 @@ def troll_sparse_from_logits(
         )  # fmt: skip
         if result is not None:
             return result
-    _check_logits("logits", logits)
+    check_logits(logits)
     check_support_args(topk, mass_delta, floor)
     V = logits.shape[1]
-    N = logits.shape[0] if rows is None else _check_rows(rows, logits.shape[0])
+    N = logits.shape[0] if rows is None else check_rows(rows, logits.shape[0])
     sampled = sampled_ids.long()
     check_sparse_inputs(N, sampled, old, old_sampled_logprob)
     log_floor = math.log(floor)

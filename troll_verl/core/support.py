@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 
+from .host import host_reads
 from .old_side import old_side_estimate
 from .variants import variant
 
@@ -38,10 +39,13 @@ __all__ = [
     "OldTopK",
     "SparseSupport",
     "TrollTokenTerms",
+    "check_logits",
+    "check_rows",
     "check_support_args",
     "check_sparse_inputs",
     "assemble_support",
     "projected_support",
+    "support_diagnostics",
 ]
 
 
@@ -86,6 +90,25 @@ class SparseSupport(NamedTuple):
             self.ids.reshape(*batch, n_ids),
             self.sampled_index.reshape(*batch),
         )
+
+
+def check_logits(logits: torch.Tensor) -> None:
+    """Raise ``ValueError`` unless ``logits`` is a floating ``(N, V)`` tensor."""
+    if not isinstance(logits, torch.Tensor) or logits.dim() != 2 or not logits.is_floating_point():
+        raise ValueError(
+            f"logits must be a floating (N, V) tensor, got {getattr(logits, 'shape', type(logits))}; "
+            "flatten batch and sequence dims first."
+        )
+
+
+def check_rows(rows: torch.Tensor, n_logits: int) -> int:
+    """Check that ``rows`` is a 1-D int64 index into the ``n_logits`` rows of the logits; return its length."""
+    if not isinstance(rows, torch.Tensor) or rows.dim() != 1 or rows.dtype != torch.long:
+        raise ValueError(f"rows must be a 1-D int64 tensor of row indices, got {getattr(rows, 'dtype', type(rows))}.")
+    # the range check reads the rows back to the host: on the CPU only (an accelerator's indexing asserts itself)
+    if rows.numel() and host_reads(rows) and (int(rows.min()) < 0 or int(rows.max()) >= n_logits):
+        raise ValueError(f"rows must index the {n_logits} rows of logits, got values outside [0, {n_logits}).")
+    return rows.shape[0]
 
 
 def check_support_args(topk: int, mass_delta: float, floor: float | None = None) -> None:
@@ -184,3 +207,10 @@ def projected_support(
     sup_mask = support.mask if row_mask is None else support.mask & row_mask[..., None]
     tail = variant("tail", cfg.tail)  # None: the bucket, the core's
     return (new_lp, sup_mask) if tail is None else tail(new_lp, sup_mask)
+
+
+def support_diagnostics(support: SparseSupport, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """The support's no-grad diagnostics per token: its size without the tail column (``(...)`` in ``dtype``) and the
+    probability mass it covers, ``1 − exp(tail)`` (``(...)``)."""
+    with torch.no_grad():
+        return support.mask[..., :-1].sum(-1).to(dtype), 1.0 - torch.exp(support.new_logprobs[..., -1])

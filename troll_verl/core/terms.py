@@ -25,7 +25,7 @@ import torch
 
 from .fast_paths import fast_path
 from .projection import full_precision, project
-from .support import SparseSupport, TrollTokenTerms, projected_support
+from .support import SparseSupport, TrollTokenTerms, projected_support, support_diagnostics
 
 if TYPE_CHECKING:  # the settings class is verl's BaseConfig; the terms need only its values
     from .config import TrollConfig
@@ -108,8 +108,7 @@ def troll_token_terms(
     with torch.no_grad():
         projected = proj.projected.to(new_lp.dtype)
         eta = torch.where(proj.projected, proj.eta, 0.0)
-        support_size = support.mask[..., :-1].sum(-1).to(new_lp.dtype)
-        covered = 1.0 - torch.exp(support.new_logprobs[..., -1])
+    support_size, covered = support_diagnostics(support, new_lp.dtype)
     terms = TrollTokenTerms(
         proj_log_prob=proj.logprobs.gather(-1, idx).squeeze(-1),
         log_prob=new_lp.gather(-1, idx).squeeze(-1),

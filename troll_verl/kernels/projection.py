@@ -40,16 +40,14 @@ import triton
 import triton.language as tl
 from torch.autograd.function import once_differentiable
 
-from troll_verl.core.projection import ProjectionResult, full_precision
+from troll_verl.core.projection import DEFAULT_MAX_ITER, ProjectionResult, full_precision, solver_constants
 from troll_verl.core.projection import project as torch_project
-from troll_verl.core.support import TrollTokenTerms, projected_support
+from troll_verl.core.support import TrollTokenTerms, projected_support, support_diagnostics
 
 __all__ = ["KLProjection", "TokenTerms", "project", "troll_token_terms", "SOLVER_CONSTANTS"]
 
-# The torch solver's constants for fp32 (troll_verl.core.projection; a test checks they agree): relative target
-# margin, rounding margin in units of eps·max|log p|, default step tolerance in log w, the Newton trust threshold on
-# log(KL / target) and the |log(KL / target)| that counts as converged.
-SOLVER_CONSTANTS = dict(target_margin=2e-5, margin_ulps=4.0, tol=1e-4, trust_phi=-math.log(1e4), phi_converged=1e-2)
+# the torch solver's constants for fp32 (troll_verl.core.projection.solver_constants): the kernels stop on its test
+SOLVER_CONSTANTS = solver_constants(torch.float32)
 _EPS = float(torch.finfo(torch.float32).eps)
 _TINY = float(torch.finfo(torch.float32).tiny)
 _BLOCK_ELEMS = 2048  # rows × padded support per program
@@ -485,7 +483,7 @@ def project(
     batch = new_logprobs.shape[:-1]
     out, eta, klb, kla, projected, iters = KLProjection.apply(
         new_logprobs.reshape(-1, S), old_logprobs.reshape(-1, S), None if mask is None else mask.reshape(-1, S),
-        float(kl_bound), 30 if max_iter is None else int(max_iter), tol, float(eta_max),
+        float(kl_bound), DEFAULT_MAX_ITER if max_iter is None else int(max_iter), tol, float(eta_max),
     )  # fmt: skip
     return ProjectionResult(out.reshape(new_logprobs.shape), eta.reshape(batch), klb.reshape(batch),
                             kla.reshape(batch), projected.reshape(batch), iters)  # fmt: skip
@@ -510,9 +508,7 @@ def troll_token_terms(support, cfg, row_mask: torch.Tensor | None = None) -> tup
         support.sampled_index.reshape(-1), float(cfg.kl_bound), int(cfg.solver_max_iter), cfg.solver_tol,
         float(cfg.eta_max),
     )  # fmt: skip
-    with torch.no_grad():
-        support_size = support.mask[..., :-1].sum(-1).to(new_lp.dtype)
-        covered = 1.0 - torch.exp(support.new_logprobs[..., -1])
+    support_size, covered = support_diagnostics(support, new_lp.dtype)
     terms = TrollTokenTerms(
         proj_log_prob=plp.reshape(batch),
         log_prob=lp.reshape(batch),

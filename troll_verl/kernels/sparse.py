@@ -33,7 +33,15 @@ import torch
 from torch.autograd.function import once_differentiable
 
 from troll_verl.core.projection import full_precision
-from troll_verl.core.support import OldTopK, SparseSupport, assemble_support, check_sparse_inputs, check_support_args
+from troll_verl.core.support import (
+    OldTopK,
+    SparseSupport,
+    assemble_support,
+    check_logits,
+    check_rows,
+    check_sparse_inputs,
+    check_support_args,
+)
 
 from .grad import logits_grad
 from .topk import old_topk, support_forward
@@ -41,22 +49,12 @@ from .topk import old_topk, support_forward
 __all__ = ["SparseFromLogits", "troll_sparse_from_logits", "old_topk_from_logits"]
 
 
-def _check_logits(logits: torch.Tensor) -> None:
-    if not isinstance(logits, torch.Tensor) or logits.dim() != 2 or not logits.is_floating_point():
-        raise ValueError(
-            f"logits must be a floating (N, V) tensor, got {getattr(logits, 'shape', type(logits))}; "
-            "flatten batch and sequence dims first."
-        )
+def _check_kernel_inputs(logits: torch.Tensor, rows: torch.Tensor | None) -> int:
+    """The core's checks of ``logits`` and ``rows`` plus the kernels' layout; returns the number of rows."""
+    check_logits(logits)
     if logits.stride(-1) != 1:
         raise ValueError("the kernels read logits with a contiguous last dim; pass logits.contiguous().")
-
-
-def _check_rows(rows: torch.Tensor | None, n_logits: int) -> int:
-    if rows is None:
-        return n_logits
-    if not isinstance(rows, torch.Tensor) or rows.dim() != 1 or rows.dtype != torch.long:
-        raise ValueError(f"rows must be a 1-D int64 tensor of row indices, got {getattr(rows, 'dtype', type(rows))}.")
-    return rows.shape[0]
+    return logits.shape[0] if rows is None else check_rows(rows, logits.shape[0])
 
 
 class SparseFromLogits(torch.autograd.Function):
@@ -114,9 +112,8 @@ def troll_sparse_from_logits(
     Returns:
         :class:`~troll_verl.core.support.SparseSupport` with ``(N, C + 1)`` fields, ``C = K_old + min(topk, V) + 1``.
     """
-    _check_logits(logits)
+    n = _check_kernel_inputs(logits, rows)
     check_support_args(topk, mass_delta, floor)
-    n = _check_rows(rows, logits.shape[0])
     sampled = sampled_ids.long()
     check_sparse_inputs(n, sampled, old, old_sampled_logprob)
     log_floor = math.log(floor)
@@ -142,8 +139,7 @@ def old_topk_from_logits(
 ) -> OldTopK:
     """:func:`troll_verl.core.sparse.old_topk_from_logits` on the kernels (same arguments and outputs;
     ``chunk_size`` is ignored). Two launches."""
-    _check_logits(logits)
+    _check_kernel_inputs(logits, rows)
     check_support_args(topk, mass_delta, floor)
-    _check_rows(rows, logits.shape[0])
     ids, lps, tail = old_topk(logits, rows, min(topk, logits.shape[1]), mass_delta, math.log(floor), value_dtype)
     return OldTopK(ids, lps, tail)

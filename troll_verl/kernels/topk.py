@@ -229,6 +229,47 @@ def _row_tail(
     return tl.log(outside + inside)
 
 
+@triton.jit
+def _row_start(
+    z_ptr,
+    stride_z,
+    rows_ptr,
+    lse_ptr,
+    cmax_ptr,
+    csum_ptr,
+    scr_ptr,
+    V,
+    NC,
+    K,
+    SCR,
+    keep_mass,
+    HAS_ROWS: tl.constexpr,
+    KC: tl.constexpr,
+    NC_P2: tl.constexpr,
+    K_P2: tl.constexpr,
+    CHUNK_: tl.constexpr,
+    LOW_BIT: tl.constexpr,
+):
+    """What both passes do first for their program's row (parameters as the kernels'): locate the row and its
+    statistics, take its sorted top-K and apply the mass rule. Returns ``(pid, pid64, z_row, lse, cmax_row, csum_row,
+    scr_row, cols, kvalid, lp, keep)``: the row's pointers, the top-K's columns and valid slots, their log-probs and
+    the mass rule's keep mask."""
+    pid = tl.program_id(0)
+    pid64 = pid.to(tl.int64)
+    if HAS_ROWS:
+        row = tl.load(rows_ptr + pid).to(tl.int64)
+    else:
+        row = pid64
+    z_row = z_ptr + row * stride_z
+    lse = tl.load(lse_ptr + pid)
+    cmax_row = cmax_ptr + pid64 * NC
+    csum_row = csum_ptr + pid64 * NC
+    scr_row = scr_ptr + pid64 * SCR
+    vals, cols, kvalid = _row_topk(z_row, cmax_row, scr_row, V, NC, K, KC, NC_P2, K_P2, CHUNK_, LOW_BIT)
+    lp, keep = _mass_rule(vals, kvalid, lse, keep_mass, K_P2)
+    return pid, pid64, z_row, lse, cmax_row, csum_row, scr_row, cols, kvalid, lp, keep
+
+
 # ------------------------------------------------------------------------------------------------------ kernels
 @triton.jit
 def _old_topk_kernel(
@@ -285,19 +326,26 @@ def _old_topk_kernel(
         LOW_BIT: low bits of the fp32 pattern that are zero in the logits' dtype (the radix select skips them).
         SB: support tokens per block of the tail's chunk re-read.
     """
-    pid = tl.program_id(0)
-    pid64 = pid.to(tl.int64)
-    if HAS_ROWS:
-        row = tl.load(rows_ptr + pid).to(tl.int64)
-    else:
-        row = pid64
-    z_row = z_ptr + row * stride_z
-    lse = tl.load(lse_ptr + pid)
-    cmax_row = cmax_ptr + pid64 * NC
-    csum_row = csum_ptr + pid64 * NC
-    scr_row = scr_ptr + pid64 * SCR
-    vals, cols, kvalid = _row_topk(z_row, cmax_row, scr_row, V, NC, K, KC, NC_P2, K_P2, CHUNK_, LOW_BIT)
-    lp, keep = _mass_rule(vals, kvalid, lse, keep_mass, K_P2)
+    pid, pid64, z_row, lse, cmax_row, csum_row, scr_row, cols, kvalid, lp, keep = _row_start(
+        z_ptr,
+        stride_z,
+        rows_ptr,
+        lse_ptr,
+        cmax_ptr,
+        csum_ptr,
+        scr_ptr,
+        V,
+        NC,
+        K,
+        SCR,
+        keep_mass,
+        HAS_ROWS,
+        KC,
+        NC_P2,
+        K_P2,
+        CHUNK_,
+        LOW_BIT,
+    )
     kk = tl.arange(0, K_P2)
     tl.store(ids_ptr + pid64 * K + kk, tl.where(keep, cols, -1).to(tl.int32), mask=kvalid)
     tl.store(lps_ptr + pid64 * K + kk, tl.where(keep, lp, log_floor), mask=kvalid)
@@ -385,19 +433,26 @@ def _support_kernel(
         SB: support tokens per block of the tail's chunk re-read.
         RB: union candidates ranked per block.
     """
-    pid = tl.program_id(0)
-    pid64 = pid.to(tl.int64)
-    if HAS_ROWS:
-        row = tl.load(rows_ptr + pid).to(tl.int64)
-    else:
-        row = pid64
-    z_row = z_ptr + row * stride_z
-    lse = tl.load(lse_ptr + pid)
-    cmax_row = cmax_ptr + pid64 * NC
-    csum_row = csum_ptr + pid64 * NC
-    scr_row = scr_ptr + pid64 * SCR
-    vals, cols, kvalid = _row_topk(z_row, cmax_row, scr_row, V, NC, K, KC, NC_P2, K_P2, CHUNK_, LOW_BIT)
-    lp, keep = _mass_rule(vals, kvalid, lse, keep_mass, K_P2)
+    pid, pid64, z_row, lse, cmax_row, csum_row, scr_row, cols, kvalid, lp, keep = _row_start(
+        z_ptr,
+        stride_z,
+        rows_ptr,
+        lse_ptr,
+        cmax_ptr,
+        csum_ptr,
+        scr_ptr,
+        V,
+        NC,
+        K,
+        SCR,
+        keep_mass,
+        HAS_ROWS,
+        KC,
+        NC_P2,
+        K_P2,
+        CHUNK_,
+        LOW_BIT,
+    )
     # candidates: the old ids, the kept new ids, the sampled token; a duplicate keeps the most trusted source
     sampled = tl.load(sampled_ptr + pid).to(tl.int32)
     ko = tl.arange(0, KO_P2)
