@@ -52,6 +52,7 @@ def smoke_run(tmp_path_factory):
     return proc, out
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(1300)
 def test_the_smoke_run_passes_every_stage_without_verl(smoke_run):
     proc, out = smoke_run
@@ -73,6 +74,7 @@ def test_the_smoke_run_passes_every_stage_without_verl(smoke_run):
     assert set(report["profile"]["result"]["variants"]) == set(bench.VARIANTS)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(1300)
 def test_the_report_is_written_and_the_short_table_printed_last(smoke_run):
     proc, out = smoke_run

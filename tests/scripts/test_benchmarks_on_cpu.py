@@ -53,6 +53,7 @@ def test_every_benchmark_script_has_a_smoke_test():
         assert script.removesuffix(".py") in open(os.path.join(ROOT, test_file)).read(), (script, test_file)
 
 
+@pytest.mark.slow
 def test_bench_loss_at_a_tiny_size(tmp_path):
     out = _run(
         "scripts/bench_loss.py",
@@ -77,6 +78,7 @@ def test_bench_loss_at_a_tiny_size(tmp_path):
     assert (tmp_path / "b.md").read_text().count("\n") == 2 + len(summary["cases"])
 
 
+@pytest.mark.slow
 def test_bench_learning_arms_compose_and_the_report_regenerates(tmp_path):
     # one arm of every kind through TROLL's dry run (verl's config path, nothing started)
     out = _run(
@@ -144,6 +146,7 @@ def test_the_tables_in_the_docs_are_the_committed_results():
         assert not missing, f"{command} no longer prints: {missing[:3]}"
 
 
+@pytest.mark.slow
 def test_bench_import_at_a_tiny_size():
     """One repeat: each row's ratio and extra seconds are its time against the first row's (up to the printed
     rounding), so the table's columns say what their headers say."""

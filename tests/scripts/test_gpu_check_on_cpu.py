@@ -143,6 +143,7 @@ def test_core_tests_run_their_functions_on_the_test_device():
     assert gpu_check.parse_pytest_summary(proc.stdout) == {"passed": 5, "failed": 0, "skipped": 1, "errors": 0}
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_engine_stage_runs_on_the_cpu_platform(tmp_path):
     proc = subprocess.run(
