@@ -23,7 +23,15 @@ from troll_verl.tools.quickstart import REWARD_KEY, VAL_KEY, reward_window
 
 from .raw import LENGTH_KEY, load_raw
 
-__all__ = ["COLLAPSE_LENGTH", "steps_to_target", "run_stats", "below_half_peak", "collect"]
+__all__ = [
+    "COLLAPSE_LENGTH",
+    "steps_to_target",
+    "run_stats",
+    "below_half_peak",
+    "finished",
+    "recorded_stats",
+    "collect",
+]
 
 # the stress map's collapse criterion on answers (tokens): a policy that answers in fewer has stopped answering
 COLLAPSE_LENGTH = 4.0
@@ -110,13 +118,23 @@ def below_half_peak(rewards: list[float], window: int = 5) -> bool:
     return means[-1] < 0.5 * max(means)
 
 
+def finished(rows: list[dict], steps: int) -> bool:
+    """Whether a run's raw rows hold at least ``steps`` training steps (a shorter run is not a finished run)."""
+    return sum(1 for r in rows if REWARD_KEY in r) >= steps
+
+
+def recorded_stats(rows: list[dict], record: dict, target: float, val_key: str) -> dict:
+    """:func:`run_stats` of a saved run, with the worker's peak memory its record names."""
+    peak = record.get("worker_peak_rss_gb")
+    return run_stats(rows, target, val_key, int(peak * 2**30) if peak else None)
+
+
 def collect(results_dir: str, plan, target: float, val_key: str, steps: int) -> dict:
     """Statistics of every planned ``(variant, loss, seed)`` whose raw results hold at least ``steps`` steps."""
     results = {}
     for variant, loss, seed in plan:
         key = f"{variant}/{loss}/seed{seed}"
         rows, record = load_raw(results_dir, key)
-        if sum(1 for r in rows if REWARD_KEY in r) >= steps:
-            peak = record.get("worker_peak_rss_gb")
-            results[key] = run_stats(rows, target, val_key, int(peak * 2**30) if peak else None)
+        if finished(rows, steps):
+            results[key] = recorded_stats(rows, record, target, val_key)
     return results

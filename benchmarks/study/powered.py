@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import statistics
 
-from troll_verl.tools.quickstart import MODELS, REWARD_KEY
+from troll_verl.tools.quickstart import MODELS
 
-from .outcomes import run_stats
+from .outcomes import finished, recorded_stats
 from .raw import load_raw
 from .stats import adjusted_difference, fisher_exact_p, sign_flip_p, t_interval, t_power
 
@@ -142,10 +142,9 @@ def collect_study(results_dir: str, target: float = 0.5) -> dict:
                 if key in results:  # stage 2 reuses stage 1's TROLL and clip runs
                     continue
                 rows, record = load_raw(results_dir, key)
-                if sum(1 for r in rows if REWARD_KEY in r) >= stage.steps:
-                    peak = record.get("worker_peak_rss_gb")
+                if finished(rows, stage.steps):
                     val_key = record.get("val_key", MODELS["smollm2"].val_key)
-                    results[key] = run_stats(rows, target, val_key, int(peak * 2**30) if peak else None)
+                    results[key] = recorded_stats(rows, record, target, val_key)
     return results
 
 

@@ -72,12 +72,12 @@ import subprocess
 import sys
 import time
 
-from troll_verl.tools.quickstart import MODELS, REWARD_KEY, cpu_model, cpu_run_overrides, run_trainer
+from troll_verl.tools.quickstart import MODELS, cpu_model, cpu_run_overrides, run_trainer
 
 from . import late_decay
 from .arms import LEARNING_RATE, VARIANTS, arm_overrides
 from .docs_block import STUDIES, write_study_docs
-from .outcomes import collect, run_stats
+from .outcomes import collect, finished, run_stats
 from .plots import plot_curves, plot_study
 from .powered import collect_study, study_report
 from .raw import load_raw, raw_path, record_failed_attempt, save_raw, versions
@@ -254,7 +254,7 @@ def _run_plan(plan, model, args, results_dir: str) -> int:
     for index, (variant, loss, seed) in enumerate(plan, 1):
         key = f"{variant}/{loss}/seed{seed}"
         rows, _ = load_raw(results_dir, key)
-        if sum(1 for r in rows if REWARD_KEY in r) >= args.steps:
+        if finished(rows, args.steps):
             print(f"[{index}/{len(plan)}] {key}: reusing finished run ({raw_path(results_dir, key)})", flush=True)
             continue
         assets = assets or model.build(args.cache_dir)
