@@ -126,8 +126,6 @@ REWRITES = [
      ("tests/core/test_projection_on_cpu.py", "tests/core/test_sparse_on_cpu.py", "tests/core/test_losses_on_cpu.py")),
     (r"from troll_verl\.testing\.dist import", "from tests.trainer.ppo._troll_dist import",
      ("tests/core/test_megatron_losses_on_cpu.py",)),
-    (r"sharing no code with troll_verl", "sharing no code with verl.trainer.troll",
-     ("troll_verl/testing/reference.py",)),
     # the plugin's flat TrollPolicyLossConfig is verl's PolicyLossConfig with a nested TrollConfig upstream
     (r"from verl\.workers\.config import FSDPActorConfig\n",
      "from verl.workers.config import FSDPActorConfig, PolicyLossConfig, TrollConfig\n", _USES_CONFIG),

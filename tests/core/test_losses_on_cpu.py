@@ -330,3 +330,21 @@ def test_missing_support_and_bad_shapes_raise():
         compute_policy_loss_troll(d["old_lp"], None, d["adv"], d["mask"], "token-mean", cfg, support=flat)
     with pytest.raises(ValueError, match="config"):
         compute_policy_loss_troll(d["old_lp"], None, d["adv"], d["mask"], support=d["support"]())
+
+
+def test_a_backend_output_not_shaped_like_the_logits_is_refused(monkeypatch):
+    import troll_verl.core.losses as losses
+    from troll_verl.core.terms import TROLL_LOGITS_OUTPUT_KEYS
+
+    logits = torch.zeros(1, 5, 7)
+    good = {key: torch.zeros(1, 5) for key in ("log_probs", *TROLL_LOGITS_OUTPUT_KEYS)}
+    returned = {}
+    backend = type("Backend", (), {"compute_troll_token_terms": staticmethod(lambda *args: dict(returned))})
+    monkeypatch.setattr(losses, "troll_backend", lambda strategy: backend)
+    cfg = _actor_config()
+    returned.update(good, troll_kl_after=torch.zeros(5))
+    with pytest.raises(RuntimeError, match=r"'fsdp'.*'troll_kl_after' \(5,\), expected \(1, 5\)"):
+        losses.troll_logits_fn(logits, {}, cfg)
+    del returned["troll_kl_after"]
+    with pytest.raises(RuntimeError, match="'troll_kl_after' missing"):
+        losses.troll_logits_fn(logits, {}, cfg)

@@ -184,6 +184,7 @@ def troll_logits_fn(
     """
     cfg = config.policy_loss.troll
     outputs = troll_backend(config.strategy).compute_troll_token_terms(logits, data, cfg, data_format)
+    _check_outputs(outputs, logits.shape[:-1], config.strategy)
     # what the old-log-prob pass stored per response token and reached this update (measured)
     lengths = data["response_mask"].offsets().diff() if data["response_mask"].is_nested else None
     n_tokens = lengths.sum() if lengths is not None else data["response_mask"].sum()  # on the device: no host read
@@ -192,6 +193,20 @@ def troll_logits_fn(
     per_token = stored / n_tokens.to(device=ref.device, dtype=torch.float32).clamp_min(1.0)
     outputs["troll_old_bytes_per_token"] = per_token.expand(ref.shape).clone()
     return outputs
+
+
+def _check_outputs(outputs: dict[str, torch.Tensor], shape: torch.Size, strategy: str) -> None:
+    """Every per-row output of a backend is shaped like the logits' leading dims (the engine gathers them with the
+    logits' layout); raises ``RuntimeError`` naming the backend and the key otherwise."""
+    expected = ("log_probs", *(key for key in TROLL_LOGITS_OUTPUT_KEYS if key != "troll_old_bytes_per_token"))
+    for key in expected:
+        got = outputs.get(key)
+        if got is None or got.shape != shape:
+            raise RuntimeError(
+                f"TROLL backend {BACKENDS[strategy]!r} (strategy {strategy!r}) returned "
+                f"{key!r} {'missing' if got is None else tuple(got.shape)}, expected {tuple(shape)} (the logits' "
+                "leading dims)"
+            )
 
 
 def troll_old_pass_fn(

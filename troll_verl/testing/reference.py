@@ -11,7 +11,7 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Brute-force float64 references for the tests: written from the formulas, sharing no code with troll_verl."""
+"""Brute-force float64 references for the tests: from the formulas, sharing no code with the modules they check."""
 
 from __future__ import annotations
 
