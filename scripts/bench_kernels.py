@@ -117,9 +117,11 @@ class Context:
 
 def kernels():
     """The kernel modules (imported once the device and the interpreter switch are settled)."""
-    from troll_verl.kernels import clip, grad, projection, sparse, stats, topk
+    from troll_verl.kernels import clip, grad, projection, sparse, stats, terms, topk
 
-    return SimpleNamespace(clip=clip, grad=grad, projection=projection, stats=stats, sparse=sparse, topk=topk)
+    return SimpleNamespace(
+        clip=clip, grad=grad, projection=projection, stats=stats, sparse=sparse, terms=terms, topk=topk
+    )
 
 
 def torch_path():
@@ -232,7 +234,7 @@ def loss_clip_reference(x, logits):
 def loss_troll(x, logits, on_kernels: bool):
     if on_kernels:
         k = kernels()
-        sparse_fn, terms_fn = k.sparse.troll_sparse_from_logits, k.projection.troll_token_terms
+        sparse_fn, terms_fn = k.sparse.triton_sparse_from_logits, k.terms.triton_token_terms
     else:
         tp = torch_path()
         sparse_fn, terms_fn = tp.sparse.troll_sparse_from_logits, tp.terms.troll_token_terms
@@ -433,20 +435,20 @@ def stage_correctness(ctx: Context) -> dict:
                     lse_err=(lse - ref_lse).abs().max(),
                 )
             )
-            old_k = k.sparse.old_topk_from_logits(z, topk=topk, mass_delta=MASS_DELTA)
+            old_k = k.sparse.triton_old_topk_from_logits(z, topk=topk, mass_delta=MASS_DELTA)
             old_t = tp.sparse.old_topk_from_logits(z, topk=topk, mass_delta=MASS_DELTA)
             window = mass_rule_window(z, topk, MASS_DELTA)
             checks.append(_check(f"old top-K {name}", **old_topk_agreement(old_k, old_t, window)))
             zk = z.detach().clone().requires_grad_(True)
             zt = z.detach().clone().requires_grad_(True)
-            sup_k = k.sparse.troll_sparse_from_logits(
+            sup_k = k.sparse.triton_sparse_from_logits(
                 zk, x["sampled"], x["old"], x["old_lp"], topk=topk, mass_delta=MASS_DELTA
             )
             sup_t = tp.sparse.troll_sparse_from_logits(
                 zt, x["sampled"], x["old"], x["old_lp"], topk=topk, mass_delta=MASS_DELTA
             )
             checks.append(_check(f"support {name}", **support_agreement(sup_k, sup_t, window)))
-            tk, it_k = k.projection.troll_token_terms(sup_k, CFG)
+            tk, it_k = k.terms.triton_token_terms(sup_k, CFG)
             tt, it_t = tp.terms.troll_token_terms(sup_t, CFG)
             bound = float(torch.where(tk.projected > 0, tk.kl_after, 0.0).max())
             plp_err = (tk.proj_log_prob - tt.proj_log_prob).abs().max()
@@ -617,7 +619,7 @@ def stage_loss(ctx: Context) -> dict:
         z = logits.detach()
         old = {
             "torch": time_fn(ctx, lambda: tp.sparse.old_topk_from_logits(z, topk=ctx.topk), ctx.repeats),
-            "kernels": time_fn(ctx, lambda: k.sparse.old_topk_from_logits(z, topk=ctx.topk), ctx.repeats),
+            "kernels": time_fn(ctx, lambda: k.sparse.triton_old_topk_from_logits(z, topk=ctx.topk), ctx.repeats),
             "log_softmax": time_fn(ctx, lambda: torch.log_softmax(z, -1), ctx.repeats),
         }
         old_pass = {
@@ -675,7 +677,7 @@ def _kernel_calls(ctx: Context, k, n: int, v: int, dtype) -> dict:
     z = (3.0 * torch.randn(n, v, device=dev)).to(dtype)
     nb = n * v * dtype.itemsize
     sampled = torch.randint(v, (n,), device=dev)
-    old = k.sparse.old_topk_from_logits(z, topk=ctx.topk)
+    old = k.sparse.triton_old_topk_from_logits(z, topk=ctx.topk)
     old_lp = torch.log_softmax(z.float(), -1).gather(1, sampled[:, None])[:, 0]
     lse, _, _, lp = k.stats.row_stats(z, target=sampled)
     ids, old_u, valid, new, tail, lse2 = k.topk.support_forward(
@@ -685,7 +687,7 @@ def _kernel_calls(ctx: Context, k, n: int, v: int, dtype) -> dict:
     one = torch.ones(n, 1, dtype=torch.bool, device=dev)
     calls = {
         "statistics pass (LSE + chunk stats)": (lambda: k.stats.row_stats(z, chunk_stats=True), nb),
-        "statistics pass + old top-K": (lambda: k.sparse.old_topk_from_logits(z, topk=ctx.topk), nb),
+        "statistics pass + old top-K": (lambda: k.sparse.triton_old_topk_from_logits(z, topk=ctx.topk), nb),
         "statistics pass + support": (
             lambda: k.topk.support_forward(z, None, old.ids, old.logprobs, sampled, old_lp, ctx.topk, 1e-5, log_floor),
             nb,
@@ -708,7 +710,7 @@ def _kernel_calls(ctx: Context, k, n: int, v: int, dtype) -> dict:
         mask = torch.cat([valid, one], 1)
         index = (ids == sampled[:, None]).long().argmax(-1)
         calls["projection + terms forward"] = (
-            lambda: k.projection.TokenTerms.apply(new_lp, old_lp2, mask, index, KL_BOUND, 30, None, 1e6),
+            lambda: k.terms.TokenTerms.apply(new_lp, old_lp2, mask, index, KL_BOUND, 30, None, 1e6),
             new_lp.numel() * 9,
         )
     return calls

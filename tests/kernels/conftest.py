@@ -40,7 +40,7 @@ import torch
 
 DEVICE = os.environ.get("TROLL_TEST_DEVICE", "cpu")
 # in dependency order (a re-import must see the re-imported modules below it)
-KERNEL_MODULES = ("stats", "topk", "grad", "sparse", "clip", "projection")
+KERNEL_MODULES = ("stats", "topk", "grad", "sparse", "clip", "projection", "terms")
 ROOT = Path(__file__).resolve().parents[2]
 _CHILD_TIMEOUT_S = 600
 

@@ -98,7 +98,7 @@ def test_old_topk_matches_the_torch_path(kernels, poisoned, N, V, K, delta, kind
     below the floor; V = 8300 with K = 64 runs the 64-chunk prefilter over 65 chunks; V = 100 is one partial chunk."""
     z = _logits(N, V, seed=N * V + K, kind=kind)
     ref = old_topk_from_logits(z, topk=K, mass_delta=delta)
-    got = kernels.sparse.old_topk_from_logits(*_dev(z), topk=K, mass_delta=delta)
+    got = kernels.sparse.triton_old_topk_from_logits(*_dev(z), topk=K, mass_delta=delta)
     assert torch.equal(_cpu(got.ids), ref.ids)
     torch.testing.assert_close(_cpu(got.logprobs), ref.logprobs, rtol=0, atol=2e-6)
     torch.testing.assert_close(_cpu(got.tail_logprob), ref.tail_logprob, rtol=0, atol=5e-6)
@@ -113,7 +113,7 @@ def test_old_topk_rows_and_low_precision_values(kernels, poisoned):
     z = _logits(6, 2500, seed=3)
     rows = torch.tensor([1, 3, 5])
     ref = old_topk_from_logits(z[rows], topk=8, mass_delta=1e-4, value_dtype=torch.bfloat16)
-    got = kernels.sparse.old_topk_from_logits(*_dev(z), topk=8, mass_delta=1e-4, value_dtype=torch.bfloat16,
+    got = kernels.sparse.triton_old_topk_from_logits(*_dev(z), topk=8, mass_delta=1e-4, value_dtype=torch.bfloat16,
                                                rows=_dev(rows)[0])  # fmt: skip
     assert got.logprobs.dtype == torch.bfloat16 and got.tail_logprob.dtype == torch.float32
     assert torch.equal(_cpu(got.ids), ref.ids)
@@ -126,7 +126,7 @@ def test_old_topk_tie_invariants_in_low_precision(kernels, poisoned, dtype):
     """bf16 and fp16 logits tie a lot: the kept values (as a multiset), their number and the tail must agree."""
     z = _logits(4, 3000, seed=5, dtype=dtype)
     ref = old_topk_from_logits(z, topk=16, mass_delta=1e-3)
-    got = kernels.sparse.old_topk_from_logits(*_dev(z), topk=16, mass_delta=1e-3)
+    got = kernels.sparse.triton_old_topk_from_logits(*_dev(z), topk=16, mass_delta=1e-3)
     assert torch.equal((_cpu(got.ids) >= 0).sum(-1), (ref.ids >= 0).sum(-1))
     torch.testing.assert_close(_cpu(got.logprobs).sort(-1).values, ref.logprobs.sort(-1).values, rtol=0, atol=2e-6)
     torch.testing.assert_close(_cpu(got.tail_logprob), ref.tail_logprob, rtol=0, atol=5e-6)
@@ -184,7 +184,7 @@ def _check_support(got, ref, sampled):
 def test_support_matches_the_torch_path(kernels, poisoned, case):
     z, old, sampled, old_lp, K, delta = _support_case(case)
     ref = troll_sparse_from_logits(z, sampled, old, old_lp, topk=K, mass_delta=delta)
-    got = kernels.sparse.troll_sparse_from_logits(*_dev(z, sampled), OldTopK(*_dev(*old)), *_dev(old_lp), topk=K,
+    got = kernels.sparse.triton_sparse_from_logits(*_dev(z, sampled), OldTopK(*_dev(*old)), *_dev(old_lp), topk=K,
                                                    mass_delta=delta)  # fmt: skip
     assert got.ids.shape[1] == old.ids.shape[1] + K + 1  # the fixed width
     valid_bytes = _cpu(got.mask).view(torch.uint8)
@@ -235,7 +235,7 @@ def test_backward_matches_the_torch_path_with_row_selection(kernels, poisoned, d
     za = z_full.clone().requires_grad_(True)
     ref = troll_sparse_from_logits(za, sampled, old, old_lp, topk=16, mass_delta=1e-4, rows=rows)
     zb = _dev(z_full)[0].requires_grad_(True)
-    got = kernels.sparse.troll_sparse_from_logits(zb, *_dev(sampled), OldTopK(*_dev(*old)), *_dev(old_lp), topk=16,
+    got = kernels.sparse.triton_sparse_from_logits(zb, *_dev(sampled), OldTopK(*_dev(*old)), *_dev(old_lp), topk=16,
                                                    mass_delta=1e-4, rows=_dev(rows)[0])  # fmt: skip
     n = ref.ids.shape[1]
     if dtype == torch.float32:
@@ -268,7 +268,7 @@ def test_backward_overwrites_the_support_entries_with_their_exact_values(kernels
     z = z.to(torch.bfloat16)
     old, _, old_lp = _old_side(z.float(), 8, 1e-5, sampled)
     zb = _dev(z)[0].requires_grad_(True)
-    sup = kernels.sparse.troll_sparse_from_logits(zb, *_dev(sampled), OldTopK(*_dev(*old)), *_dev(old_lp), topk=8)
+    sup = kernels.sparse.triton_sparse_from_logits(zb, *_dev(sampled), OldTopK(*_dev(*old)), *_dev(old_lp), topk=8)
     (g,) = torch.autograd.grad(sup.new_logprobs.gather(1, sup.sampled_index[:, None]).sum(), zb)
     exact = -torch.expm1(torch.log_softmax(z.double(), -1).gather(1, sampled[:, None]))[:, 0]  # 1 − π_o, ~2e-3
     torch.testing.assert_close(_cpu(g).double().gather(1, sampled[:, None])[:, 0], exact, rtol=2e-2, atol=0)
@@ -278,7 +278,7 @@ def test_empty_batch(kernels, poisoned):
     z = _dev(torch.zeros(0, 300))[0].requires_grad_(True)
     empty = OldTopK(*_dev(torch.zeros(0, 4, dtype=torch.int32), torch.zeros(0, 4), torch.zeros(0)))
     sampled, old_lp = _dev(torch.zeros(0, dtype=torch.long), torch.zeros(0))
-    sup = kernels.sparse.troll_sparse_from_logits(z, sampled, empty, old_lp, topk=4)
+    sup = kernels.sparse.triton_sparse_from_logits(z, sampled, empty, old_lp, topk=4)
     assert sup.new_logprobs.shape == (0, 4 + 4 + 1 + 1)
     sup.new_logprobs.sum().backward()
     assert z.grad.shape == (0, 300)
@@ -333,8 +333,11 @@ def test_the_core_dispatches_to_the_kernels_where_they_apply(kernels, monkeypatc
     from troll_verl.kernels import KERNELS_ENV
 
     calls = []
-    for module, name in ((kernels.sparse, "old_topk_from_logits"), (kernels.sparse, "troll_sparse_from_logits"),
-                         (kernels.projection, "troll_token_terms")):  # fmt: skip
+    for module, name in (
+        (kernels.sparse, "triton_old_topk_from_logits"),
+        (kernels.sparse, "triton_sparse_from_logits"),
+        (kernels.terms, "triton_token_terms"),
+    ):
         real = getattr(module, name)
 
         def spy(*args, _real=real, _name=name, **kwargs):
@@ -357,7 +360,7 @@ def test_the_core_dispatches_to_the_kernels_where_they_apply(kernels, monkeypatc
     monkeypatch.setenv(KERNELS_ENV, "triton")
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     kernel_support, (kernel_terms, _) = step()
-    assert calls == ["old_topk_from_logits", "troll_sparse_from_logits", "troll_token_terms"]
+    assert calls == ["triton_old_topk_from_logits", "triton_sparse_from_logits", "triton_token_terms"]
     assert kernel_support.new_logprobs.shape[-1] == 8 + 8 + 1 + 1  # the kernels' fixed union width, plus the tail
     torch.testing.assert_close(_cpu(kernel_terms.proj_log_prob), _cpu(torch_terms.proj_log_prob), rtol=1e-5,
                                atol=1e-6)  # fmt: skip

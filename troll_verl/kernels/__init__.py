@@ -25,12 +25,14 @@ triton when first imported:
   the old pass's top-K.
 - :mod:`.grad`: the backward pass, one streaming read and write from the saved log-sum-exp.
 - :mod:`.sparse`: the autograd Functions and the entry points with the signatures of the torch functions of
-  :mod:`troll_verl.core.sparse` they replace (:func:`~.sparse.troll_sparse_from_logits`,
-  :func:`~.sparse.old_topk_from_logits`).
+  :mod:`troll_verl.core.sparse` they replace (:func:`~.sparse.triton_sparse_from_logits`,
+  :func:`~.sparse.triton_old_topk_from_logits`).
 - :mod:`.clip`: the fused log-probs of the sampled tokens (the clip objective's GPU baseline, built from the same
   statistics and backward kernels with S = {o_t}).
 - :mod:`.projection`: the safeguarded Newton solve of :func:`troll_verl.core.projection.project` and its implicit
-  backward; :func:`~.projection.troll_token_terms` for :func:`troll_verl.core.terms.troll_token_terms`.
+  backward (:func:`~.projection.triton_project`).
+- :mod:`.terms`: TROLL's per-token terms fused into the projection's kernels (:func:`~.terms.triton_token_terms` for
+  :func:`troll_verl.core.terms.troll_token_terms`).
 - :mod:`.aot`: every kernel specialisation, compiled ahead of time for a GPU this machine need not have.
 
 Switch: the run's ``actor_rollout_ref.actor.policy_loss.kernels`` (TROLL's actor worker passes it to
@@ -166,7 +168,7 @@ def old_topk_fast_path(logits, topk, mass_delta, floor, value_dtype, chunk_size,
         return None
     from . import sparse
 
-    return sparse.old_topk_from_logits(logits, topk, mass_delta, floor, value_dtype, chunk_size, rows)
+    return sparse.triton_old_topk_from_logits(logits, topk, mass_delta, floor, value_dtype, chunk_size, rows)
 
 
 def sparse_support_fast_path(logits, sampled_ids, old, old_sampled_logprob, **kwargs):
@@ -176,7 +178,7 @@ def sparse_support_fast_path(logits, sampled_ids, old, old_sampled_logprob, **kw
         return None
     from . import sparse
 
-    return sparse.troll_sparse_from_logits(logits, sampled_ids, old, old_sampled_logprob, **kwargs)
+    return sparse.triton_sparse_from_logits(logits, sampled_ids, old, old_sampled_logprob, **kwargs)
 
 
 def token_terms_fast_path(support, cfg, row_mask):
@@ -189,9 +191,9 @@ def token_terms_fast_path(support, cfg, row_mask):
         or not use_kernels(support.new_logprobs)
     ):
         return None
-    from . import projection
+    from . import terms
 
-    return projection.troll_token_terms(support, cfg, row_mask)
+    return terms.triton_token_terms(support, cfg, row_mask)
 
 
 def register() -> None:

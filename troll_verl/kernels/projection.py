@@ -11,18 +11,14 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""The per-token KL projection (TROLL §1–§3) and TROLL's per-token terms (§4) as two kernels each way.
+"""The per-token KL projection (TROLL §1–§3) as one kernel each way, with TROLL's per-token terms (§4) fused in
+where asked (``TERMS``; :mod:`.terms` launches them).
 
 Forward, one program per block of rows × the support padded to a power of two, all in registers: the renormalisation,
 KL(π̃ ‖ π_old), the row's target (ε less the same relative and rounding margins), and for rows above it the
 safeguarded Newton solve in ``u = log w`` with the same bracket, trust rule, convergence test and iteration cap as
 :mod:`troll_verl.core.projection`; then the projected log-probs and ``kl_after`` recomputed from the returned values.
 Backward: the closed-form implicit gradient (TROLL §3) from the saved ``w``, recomputing the rest.
-
-:func:`troll_token_terms` fuses the terms of :func:`troll_verl.core.terms.troll_token_terms` into the same two
-kernels: forward also gathers ``log π(o_t)`` and ``log π̃(o_t)`` and sums the regression ``KL(π̃ ‖ sg π)``; backward
-chains their gradients through the projection's (a one-hot upstream gradient at the sampled token) and adds the
-regression's ``π̃_a (log π̃_a − log π_a + 1)`` and the sampled log-prob's own.
 
 NOTE: the torch solver iterates every projected row of the call until the slowest has converged; here a block of rows
 iterates until its slowest has. Rows that converged keep taking (tiny) Newton steps in both, so the two agree to
@@ -42,9 +38,15 @@ from torch.autograd.function import once_differentiable
 
 from troll_verl.core.projection import DEFAULT_MAX_ITER, ProjectionResult, full_precision, solver_constants
 from troll_verl.core.projection import project as torch_project
-from troll_verl.core.support import TrollTokenTerms, projected_support, support_diagnostics
 
-__all__ = ["KLProjection", "TokenTerms", "project", "troll_token_terms", "SOLVER_CONSTANTS"]
+__all__ = [
+    "KLProjection",
+    "ProjectionForward",
+    "launch_forward",
+    "launch_backward",
+    "triton_project",
+    "SOLVER_CONSTANTS",
+]
 
 # the torch solver's constants for fp32 (troll_verl.core.projection.solver_constants): the kernels stop on its test
 SOLVER_CONSTANTS = solver_constants(torch.float32)
@@ -340,7 +342,7 @@ def _solver_args(kl_bound: float, max_iter: int, tol: float | None, eta_max: flo
             k["phi_converged"], _TINY)  # fmt: skip
 
 
-class _Forward(NamedTuple):
+class ProjectionForward(NamedTuple):
     """The forward kernel's outputs for ``R`` rows of width ``S``."""
 
     out: torch.Tensor | None  # (R, S) projected log-probs in new's dtype; None with the token terms
@@ -355,7 +357,10 @@ class _Forward(NamedTuple):
     regression: torch.Tensor | None  # (R,) fp32, token terms only
 
 
-def _forward(new, old, mask, idx, kl_bound, max_iter, tol, eta_max, terms: bool) -> _Forward:
+def launch_forward(new, old, mask, idx, kl_bound, max_iter, tol, eta_max, terms: bool) -> ProjectionForward:
+    """The forward kernel on ``(R, S)`` rows: ``new``, ``old`` fp32 log-probs, ``mask`` ``(R, S)`` bool or None,
+    ``idx`` ``(R,)`` int32 sampled positions (read with ``terms``, else None), the solver's settings; ``terms``
+    selects the token terms' outputs instead of the projected rows."""
     R, S = new.shape
     dev = new.device
     s_p2, block_r = _config(S)
@@ -377,10 +382,13 @@ def _forward(new, old, mask, idx, kl_bound, max_iter, tol, eta_max, terms: bool)
         iters.zero_()
     if not terms:
         plp = lp = reg = None
-    return _Forward(out, eta, klb, kla, projected.view(torch.bool), w, iters.max(), plp, lp, reg)
+    return ProjectionForward(out, eta, klb, kla, projected.view(torch.bool), w, iters.max(), plp, lp, reg)
 
 
-def _backward(new, old, mask, idx, w, projected, g, g_plp, g_lp, g_reg, terms: bool):
+def launch_backward(new, old, mask, idx, w, projected, g, g_plp, g_lp, g_reg, terms: bool) -> torch.Tensor:
+    """The backward kernel: ``(R, S)`` fp32 gradient w.r.t. ``new`` from the forward's inputs and saved ``w``,
+    ``projected``; the upstream gradient is ``g`` ``(R, S)`` (the projection) or, with ``terms``, ``g_plp``,
+    ``g_lp``, ``g_reg`` ``(R,)`` (the token terms)."""
     R, S = new.shape
     grad = torch.empty((R, S), dtype=torch.float32, device=new.device)
     if R == 0:
@@ -409,7 +417,7 @@ class KLProjection(torch.autograd.Function):
         """One launch (plus the iteration count's max)."""
         new_c, old_c = new.detach().contiguous(), old.detach().contiguous()
         mask_c = None if mask is None else mask.contiguous()
-        f = _forward(new_c, old_c, mask_c, None, kl_bound, max_iter, tol, eta_max, terms=False)
+        f = launch_forward(new_c, old_c, mask_c, None, kl_bound, max_iter, tol, eta_max, terms=False)
         ctx.save_for_backward(new_c, old_c, mask_c, f.w, f.projected)
         ctx.mark_non_differentiable(f.eta, f.kl_before, f.kl_after, f.projected, f.iters)
         return f.out, f.eta, f.kl_before, f.kl_after, f.projected, f.iters
@@ -422,45 +430,11 @@ class KLProjection(torch.autograd.Function):
         new, old, mask, w, projected = ctx.saved_tensors
         if not ctx.needs_input_grad[0]:
             return (None,) * 7
-        grad = _backward(new, old, mask, None, w, projected, g_out.float(), None, None, None, terms=False)
+        grad = launch_backward(new, old, mask, None, w, projected, g_out.float(), None, None, None, terms=False)
         return grad.to(new.dtype), None, None, None, None, None, None
 
 
-class TokenTerms(torch.autograd.Function):
-    """The token terms of TROLL §4 on ``(R, S)`` rows in one kernel each way.
-
-    Forward: ``(new (R, S), old (R, S), mask (R, S) bool or None, sampled_index (R,) int, kl_bound, max_iter, tol,
-    eta_max)`` → ``proj_log_prob, log_prob, regression`` (differentiable w.r.t. ``new``) and ``kl_before, kl_after,
-    eta (0 where not projected), projected (bool), iters (0-d)``, all ``(R,)`` fp32 but the last two.
-    """
-
-    @staticmethod
-    @full_precision
-    def forward(ctx, new, old, mask, sampled_index, kl_bound, max_iter, tol, eta_max):
-        """One launch (plus the iteration count's max)."""
-        new_c, old_c = new.detach().contiguous(), old.detach().contiguous()
-        mask_c = None if mask is None else mask.contiguous()
-        idx = sampled_index.to(torch.int32).contiguous()
-        f = _forward(new_c, old_c, mask_c, idx, kl_bound, max_iter, tol, eta_max, terms=True)
-        ctx.save_for_backward(new_c, old_c, mask_c, idx, f.w, f.projected)
-        ctx.mark_non_differentiable(f.kl_before, f.kl_after, f.eta, f.projected, f.iters)
-        return f.proj_log_prob, f.log_prob, f.regression, f.kl_before, f.kl_after, f.eta, f.projected, f.iters
-
-    @staticmethod
-    @once_differentiable
-    @full_precision
-    def backward(ctx, g_plp, g_lp, g_reg, *_):
-        """One launch: the terms' gradients chained through the implicit gradient of the projection."""
-        new, old, mask, idx, w, projected = ctx.saved_tensors
-        if not ctx.needs_input_grad[0]:
-            return (None,) * 8
-        zeros = torch.zeros_like(w)
-        g_plp, g_lp, g_reg = (zeros if g is None else g.float().contiguous() for g in (g_plp, g_lp, g_reg))
-        grad = _backward(new, old, mask, idx, w, projected, None, g_plp, g_lp, g_reg, terms=True)
-        return grad.to(new.dtype), None, None, None, None, None, None, None
-
-
-def project(
+def triton_project(
     new_logprobs: torch.Tensor,
     old_logprobs: torch.Tensor,
     kl_bound: float,
@@ -487,37 +461,3 @@ def project(
     )  # fmt: skip
     return ProjectionResult(out.reshape(new_logprobs.shape), eta.reshape(batch), klb.reshape(batch),
                             kla.reshape(batch), projected.reshape(batch), iters)  # fmt: skip
-
-
-@full_precision
-def troll_token_terms(support, cfg, row_mask: torch.Tensor | None = None) -> tuple[TrollTokenTerms, torch.Tensor]:
-    """:func:`troll_verl.core.terms.troll_token_terms` on the kernels: same arguments, the same
-    :class:`~troll_verl.core.support.TrollTokenTerms`, and the solver's iteration count as a 0-d tensor.
-
-    Args:
-        support: :class:`~troll_verl.core.support.SparseSupport` with ``(..., S + 1)`` fields.
-        cfg: TROLL's settings (``kl_bound``, ``tail``, ``solver_max_iter``, ``solver_tol``, ``eta_max``; the solver is
-            Newton's).
-        row_mask: optional bool ``(...)``: tokens outside it are not projected (identity, zero terms).
-    """
-    new_lp, sup_mask = projected_support(support, cfg, row_mask)
-    width = new_lp.shape[-1]
-    batch = new_lp.shape[:-1]
-    plp, lp, reg, klb, kla, eta, projected, iters = TokenTerms.apply(
-        new_lp.reshape(-1, width), support.old_logprobs.reshape(-1, width), sup_mask.reshape(-1, width),
-        support.sampled_index.reshape(-1), float(cfg.kl_bound), int(cfg.solver_max_iter), cfg.solver_tol,
-        float(cfg.eta_max),
-    )  # fmt: skip
-    support_size, covered = support_diagnostics(support, new_lp.dtype)
-    terms = TrollTokenTerms(
-        proj_log_prob=plp.reshape(batch),
-        log_prob=lp.reshape(batch),
-        regression=reg.reshape(batch),
-        kl_before=klb.reshape(batch),
-        kl_after=kla.reshape(batch),
-        eta=eta.reshape(batch),
-        projected=projected.reshape(batch).to(new_lp.dtype),
-        support_size=support_size,
-        covered_mass=covered,
-    )
-    return terms, iters

@@ -46,7 +46,7 @@ from troll_verl.core.support import (
 from .grad import logits_grad
 from .topk import old_topk, support_forward
 
-__all__ = ["SparseFromLogits", "troll_sparse_from_logits", "old_topk_from_logits"]
+__all__ = ["SparseFromLogits", "triton_sparse_from_logits", "triton_old_topk_from_logits"]
 
 
 def _check_kernel_inputs(logits: torch.Tensor, rows: torch.Tensor | None) -> int:
@@ -93,7 +93,7 @@ class SparseFromLogits(torch.autograd.Function):
         return grad, None, None, None, None, None, None, None, None
 
 
-def troll_sparse_from_logits(
+def triton_sparse_from_logits(
     logits: torch.Tensor,
     sampled_ids: torch.Tensor,
     old: OldTopK,
@@ -128,7 +128,7 @@ def troll_sparse_from_logits(
 
 @torch.no_grad()
 @full_precision
-def old_topk_from_logits(
+def triton_old_topk_from_logits(
     logits: torch.Tensor,
     topk: int = 64,
     mass_delta: float = 1e-5,
