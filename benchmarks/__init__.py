@@ -11,5 +11,9 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""The project's learning benchmarks, beside their committed raw results (``benchmarks/results/``): not part of the
-installed package; run from a checkout (``scripts/bench_learning.py`` or ``python -m benchmarks.study``)."""
+"""The project's benchmarks and kernel tooling, outside the installed package; run from a checkout:
+
+- :mod:`.study`: the learning studies, beside their committed raw results (``benchmarks/results/``;
+  ``scripts/bench_learning.py`` or ``python -m benchmarks.study``);
+- :mod:`.kernels`: the fused clip baseline of ``scripts/bench_kernels.py`` and the kernels' ahead-of-time compile.
+"""

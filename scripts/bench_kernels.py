@@ -25,7 +25,7 @@ Stages, each in its own process under its own time limit, in this order; the res
   (statistics, old top-K, support, tail, backward, fused clip, projection, token terms), bf16 and fp32.
 - ``loss``: the loss step (LM head, loss, backward to the hidden states and the head) side by side in one run:
   ``torch_clip`` (``log_softmax`` + verl's vanilla clip objective), ``fused_clip`` (the fused log-probs of
-  :mod:`troll_verl.kernels.clip`: what verl runs on a GPU with flash-attn's Triton cross-entropy), ``troll_torch``
+  :mod:`benchmarks.kernels.clip`: what verl runs on a GPU with flash-attn's Triton cross-entropy), ``troll_torch``
   (today's torch path) and ``troll_kernels``; bf16 at N ∈ {2048, 8192, 16384} × H ∈ {2560, 4096} at V 151936,
   V ∈ {32768, 65536} at N 8192, fp32 at N 8192; paired, interleaved repeats; peak memory; TROLL's results checked
   against the torch path first (a failing variant is reported and not timed). Then the loss alone with the logits
@@ -56,6 +56,9 @@ import time
 from types import SimpleNamespace
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# benchmarks/ (the fused clip baseline) lives beside scripts/ in the checkout, not in the installed package
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
 if "--smoke" in sys.argv:  # Triton decides at import whether its functions are interpreted
     os.environ["TRITON_INTERPRET"] = "1"
 if ROOT not in sys.path:
@@ -117,7 +120,8 @@ class Context:
 
 def kernels():
     """The kernel modules (imported once the device and the interpreter switch are settled)."""
-    from troll_verl.kernels import clip, grad, projection, sparse, stats, terms, topk
+    from benchmarks.kernels import clip
+    from troll_verl.kernels import grad, projection, sparse, stats, terms, topk
 
     return SimpleNamespace(
         clip=clip, grad=grad, projection=projection, stats=stats, sparse=sparse, terms=terms, topk=topk

@@ -40,7 +40,10 @@ import torch
 
 DEVICE = os.environ.get("TROLL_TEST_DEVICE", "cpu")
 # in dependency order (a re-import must see the re-imported modules below it)
-KERNEL_MODULES = ("stats", "topk", "grad", "sparse", "clip", "projection", "terms")
+KERNEL_MODULES = {
+    name: f"troll_verl.kernels.{name}" for name in ("launch", "stats", "topk", "grad", "sparse", "projection", "terms")
+}
+KERNEL_MODULES["clip"] = "benchmarks.kernels.clip"  # the clip baseline, outside the package
 ROOT = Path(__file__).resolve().parents[2]
 _CHILD_TIMEOUT_S = 600
 
@@ -64,8 +67,7 @@ def load_kernels(interpret: bool) -> SimpleNamespace:
         from triton.runtime.interpreter import InterpretedFunction
 
         modules = {}
-        for name in KERNEL_MODULES:
-            full = f"troll_verl.kernels.{name}"
+        for name, full in KERNEL_MODULES.items():
             module = sys.modules.get(full)
             if module is None:
                 module = importlib.import_module(full)

@@ -27,13 +27,13 @@ triton when first imported:
 - :mod:`.sparse`: the autograd Functions and the entry points with the signatures of the torch functions of
   :mod:`troll_verl.core.sparse` they replace (:func:`~.sparse.triton_sparse_from_logits`,
   :func:`~.sparse.triton_old_topk_from_logits`).
-- :mod:`.clip`: the fused log-probs of the sampled tokens (the clip objective's GPU baseline, built from the same
-  statistics and backward kernels with S = {o_t}).
 - :mod:`.projection`: the safeguarded Newton solve of :func:`troll_verl.core.projection.project` and its implicit
   backward (:func:`~.projection.triton_project`).
 - :mod:`.terms`: TROLL's per-token terms fused into the projection's kernels (:func:`~.terms.triton_token_terms` for
   :func:`troll_verl.core.terms.troll_token_terms`).
-- :mod:`.aot`: every kernel specialisation, compiled ahead of time for a GPU this machine need not have.
+- :mod:`.launch`: one launch as a value, which every launcher builds and runs (and the checkout's
+  ``benchmarks/kernels/aot.py`` builds on ``meta`` tensors to compile every specialisation for a GPU this machine need
+  not have).
 
 Switch: the run's ``actor_rollout_ref.actor.policy_loss.kernels`` (TROLL's actor worker passes it to
 :func:`configure`), overridden by ``TROLL_KERNELS`` in a process's environment: ``torch`` keeps the torch path

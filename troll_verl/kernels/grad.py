@@ -33,7 +33,9 @@ import torch
 import triton
 import triton.language as tl
 
-__all__ = ["logits_grad"]
+from .launch import Launch, unused
+
+__all__ = ["logits_grad", "grad_launch"]
 
 _BLOCK_V = 2048
 # 8 elements of a 2048-wide block per thread: 32 registers, no stack in any dtype (at 4 warps fp16 put 8 bytes there)
@@ -136,6 +138,42 @@ def selected_index(rows: torch.Tensor | None, n_all: int) -> torch.Tensor | None
     return sel.index_copy_(0, rows, torch.arange(rows.shape[0], dtype=torch.int32, device=rows.device))
 
 
+def grad_launch(logits, rows, lse, ids, valid, g_new, new_lp, g_tail=None, tail_raw=None, log_floor=0.0):
+    """The backward kernel's launch and the gradient buffer it writes (arguments as :func:`logits_grad`). Nothing
+    runs: on ``meta`` tensors it gives the launch's signature."""
+    n_all, vocab = logits.shape
+    grad = torch.empty((n_all, vocab), dtype=logits.dtype, device=logits.device)
+    C = ids.shape[1]
+    sel = selected_index(rows, n_all)  # contiguous, as every tensor handed to the kernel
+    has_tail = g_tail is not None
+    f32 = unused(torch.float32, logits.device)
+    launch = Launch(
+        _grad_kernel,
+        (n_all,),
+        dict(
+            z_ptr=logits,
+            stride_z=logits.stride(0),
+            g_ptr=grad,
+            stride_g=grad.stride(0),
+            sel_ptr=unused(torch.int32, logits.device) if sel is None else sel,
+            lse_ptr=lse.contiguous(),
+            ids_ptr=ids.contiguous(),
+            valid_ptr=valid.contiguous().view(torch.uint8),
+            gnew_ptr=g_new.contiguous(),
+            newlp_ptr=new_lp.contiguous(),
+            gtail_ptr=g_tail.contiguous() if has_tail else f32,
+            tail_ptr=tail_raw.contiguous() if has_tail else f32,
+            V=vocab,
+            C=C,
+            log_floor=log_floor,
+            tiny=_TINY,
+        ),
+        dict(HAS_ROWS=sel is not None, HAS_TAIL=has_tail, C_P2=triton.next_power_of_2(max(C, 1)), BLOCK_V=_BLOCK_V),
+        _WARPS,
+    )
+    return launch, grad
+
+
 def logits_grad(
     logits: torch.Tensor,
     rows: torch.Tensor | None,
@@ -162,19 +200,7 @@ def logits_grad(
         tail_raw: ``(N,)`` the unclamped tail.
         log_floor: the tail's clamp.
     """
-    n_all, vocab = logits.shape
-    grad = torch.empty((n_all, vocab), dtype=logits.dtype, device=logits.device)
-    if n_all == 0:
-        return grad
-    C = ids.shape[1]
-    sel = selected_index(rows, n_all)  # contiguous, as every tensor handed to the kernel
-    has_tail = g_tail is not None
-    _grad_kernel[(n_all,)](
-        logits, logits.stride(0), grad, grad.stride(0), lse if sel is None else sel, lse.contiguous(), ids.contiguous(),
-        valid.contiguous().view(torch.uint8), g_new.contiguous(), new_lp.contiguous(),
-        g_tail.contiguous() if has_tail else lse, tail_raw.contiguous() if has_tail else lse, vocab, C, log_floor,
-        _TINY,
-        HAS_ROWS=sel is not None, HAS_TAIL=has_tail, C_P2=triton.next_power_of_2(max(C, 1)), BLOCK_V=_BLOCK_V,
-        num_warps=_WARPS,
-    )  # fmt: skip
+    launch, grad = grad_launch(logits, rows, lse, ids, valid, g_new, new_lp, g_tail, tail_raw, log_floor)
+    if launch.grid[0] > 0:
+        launch()
     return grad

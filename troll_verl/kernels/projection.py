@@ -39,11 +39,15 @@ from torch.autograd.function import once_differentiable
 from troll_verl.core.projection import DEFAULT_MAX_ITER, ProjectionResult, full_precision, solver_constants
 from troll_verl.core.projection import project as torch_project
 
+from .launch import Launch, unused
+
 __all__ = [
     "KLProjection",
     "ProjectionForward",
-    "launch_forward",
-    "launch_backward",
+    "forward_launch",
+    "run_forward",
+    "backward_launch",
+    "run_backward",
     "triton_project",
     "SOLVER_CONSTANTS",
 ]
@@ -335,6 +339,10 @@ def _config(S: int) -> tuple[int, int]:
     return s_p2, max(1, _BLOCK_ELEMS // s_p2)
 
 
+# the forward kernel's solver parameters, in the order _solver_args gives them
+_SOLVER_ARGS = ("target_base", "ulps_eps", "half_bound", "u_min", "max_iter", "tol", "trust_phi", "phi_conv", "tiny")
+
+
 def _solver_args(kl_bound: float, max_iter: int, tol: float | None, eta_max: float) -> tuple:
     k = SOLVER_CONSTANTS
     return (kl_bound * (1.0 - k["target_margin"]), k["margin_ulps"] * _EPS, 0.5 * kl_bound,
@@ -357,10 +365,10 @@ class ProjectionForward(NamedTuple):
     regression: torch.Tensor | None  # (R,) fp32, token terms only
 
 
-def launch_forward(new, old, mask, idx, kl_bound, max_iter, tol, eta_max, terms: bool) -> ProjectionForward:
-    """The forward kernel on ``(R, S)`` rows: ``new``, ``old`` fp32 log-probs, ``mask`` ``(R, S)`` bool or None,
-    ``idx`` ``(R,)`` int32 sampled positions (read with ``terms``, else None), the solver's settings; ``terms``
-    selects the token terms' outputs instead of the projected rows."""
+def forward_launch(new, old, mask, idx, kl_bound, max_iter, tol, eta_max, terms: bool) -> tuple[Launch, tuple]:
+    """The forward kernel's launch and its output buffers ``(out, eta, kl_before, kl_after, projected, w, iters,
+    proj_log_prob, log_prob, regression)`` (arguments as :func:`run_forward`; ``out`` None with ``terms``, the last
+    three None without). Nothing runs: on ``meta`` tensors it gives the launch's signature."""
     R, S = new.shape
     dev = new.device
     s_p2, block_r = _config(S)
@@ -370,37 +378,93 @@ def launch_forward(new, old, mask, idx, kl_bound, max_iter, tol, eta_max, terms:
     eta, klb, kla, w = (torch.empty(R, **f32) for _ in range(4))
     projected = torch.empty(R, dtype=torch.uint8, device=dev)
     iters = torch.empty(max(n_blocks, 1), dtype=torch.int32, device=dev)
-    plp, lp, reg = (torch.empty(R, **f32) for _ in range(3)) if terms else (eta, eta, eta)
-    if R > 0:
-        _project_fwd_kernel[(n_blocks,)](
-            new, old, new if mask is None else mask.view(torch.uint8), eta if idx is None else idx,
-            eta if out is None else out, eta, klb, kla, projected, w, iters, plp, lp, reg, R, S,
-            *_solver_args(kl_bound, max_iter, tol, eta_max),
-            HAS_MASK=mask is not None, TERMS=terms, BLOCK_R=block_r, S_P2=s_p2, num_warps=_WARPS,
-        )  # fmt: skip
+    plp, lp, reg = (torch.empty(R, **f32) for _ in range(3)) if terms else (None, None, None)
+    stand_in = unused(torch.float32, dev)
+    solver = dict(zip(_SOLVER_ARGS, _solver_args(kl_bound, max_iter, tol, eta_max), strict=True))
+    launch = Launch(
+        _project_fwd_kernel,
+        (n_blocks,),
+        dict(
+            new_ptr=new,
+            old_ptr=old,
+            mask_ptr=unused(torch.uint8, dev) if mask is None else mask.view(torch.uint8),
+            idx_ptr=unused(torch.int32, dev) if idx is None else idx,
+            out_ptr=unused(new.dtype, dev) if out is None else out,
+            eta_ptr=eta,
+            klb_ptr=klb,
+            kla_ptr=kla,
+            proj_ptr=projected,
+            w_ptr=w,
+            iters_ptr=iters,
+            plp_ptr=stand_in if plp is None else plp,
+            lp_ptr=stand_in if lp is None else lp,
+            reg_ptr=stand_in if reg is None else reg,
+            R=R,
+            S=S,
+            **solver,
+        ),
+        dict(HAS_MASK=mask is not None, TERMS=terms, BLOCK_R=block_r, S_P2=s_p2),
+        _WARPS,
+    )
+    return launch, (out, eta, klb, kla, projected, w, iters, plp, lp, reg)
+
+
+def run_forward(new, old, mask, idx, kl_bound, max_iter, tol, eta_max, terms: bool) -> ProjectionForward:
+    """The forward kernel on ``(R, S)`` rows: ``new``, ``old`` fp32 log-probs, ``mask`` ``(R, S)`` bool or None,
+    ``idx`` ``(R,)`` int32 sampled positions (read with ``terms``, else None), the solver's settings; ``terms``
+    selects the token terms' outputs instead of the projected rows."""
+    launch, (out, eta, klb, kla, projected, w, iters, plp, lp, reg) = forward_launch(
+        new, old, mask, idx, kl_bound, max_iter, tol, eta_max, terms
+    )
+    if launch.grid[0] > 0:
+        launch()
     else:
         iters.zero_()
-    if not terms:
-        plp = lp = reg = None
     return ProjectionForward(out, eta, klb, kla, projected.view(torch.bool), w, iters.max(), plp, lp, reg)
 
 
-def launch_backward(new, old, mask, idx, w, projected, g, g_plp, g_lp, g_reg, terms: bool) -> torch.Tensor:
+def backward_launch(
+    new, old, mask, idx, w, projected, g, g_plp, g_lp, g_reg, terms: bool
+) -> tuple[Launch, torch.Tensor]:
+    """The backward kernel's launch and the gradient buffer it writes (arguments as :func:`run_backward`). Nothing
+    runs: on ``meta`` tensors it gives the launch's signature."""
+    R, S = new.shape
+    dev = new.device
+    grad = torch.empty((R, S), dtype=torch.float32, device=dev)
+    s_p2, block_r = _config(S)
+    stand_in = unused(torch.float32, dev)
+    launch = Launch(
+        _project_bwd_kernel,
+        (triton.cdiv(R, block_r),),
+        dict(
+            new_ptr=new,
+            old_ptr=old,
+            mask_ptr=unused(torch.uint8, dev) if mask is None else mask.view(torch.uint8),
+            idx_ptr=unused(torch.int32, dev) if idx is None else idx,
+            w_ptr=w,
+            proj_ptr=projected.view(torch.uint8),
+            g_ptr=stand_in if g is None else g.contiguous(),
+            gplp_ptr=stand_in if g_plp is None else g_plp,
+            glp_ptr=stand_in if g_lp is None else g_lp,
+            greg_ptr=stand_in if g_reg is None else g_reg,
+            grad_ptr=grad,
+            R=R,
+            S=S,
+            tiny=_TINY,
+        ),
+        dict(HAS_MASK=mask is not None, TERMS=terms, BLOCK_R=block_r, S_P2=s_p2),
+        _WARPS,
+    )
+    return launch, grad
+
+
+def run_backward(new, old, mask, idx, w, projected, g, g_plp, g_lp, g_reg, terms: bool) -> torch.Tensor:
     """The backward kernel: ``(R, S)`` fp32 gradient w.r.t. ``new`` from the forward's inputs and saved ``w``,
     ``projected``; the upstream gradient is ``g`` ``(R, S)`` (the projection) or, with ``terms``, ``g_plp``,
     ``g_lp``, ``g_reg`` ``(R,)`` (the token terms)."""
-    R, S = new.shape
-    grad = torch.empty((R, S), dtype=torch.float32, device=new.device)
-    if R == 0:
-        return grad
-    s_p2, block_r = _config(S)
-    dummy = w
-    _project_bwd_kernel[(triton.cdiv(R, block_r),)](
-        new, old, new if mask is None else mask.view(torch.uint8), dummy if idx is None else idx, w,
-        projected.view(torch.uint8), dummy if g is None else g.contiguous(), dummy if g_plp is None else g_plp,
-        dummy if g_lp is None else g_lp, dummy if g_reg is None else g_reg, grad, R, S, _TINY,
-        HAS_MASK=mask is not None, TERMS=terms, BLOCK_R=block_r, S_P2=s_p2, num_warps=_WARPS,
-    )  # fmt: skip
+    launch, grad = backward_launch(new, old, mask, idx, w, projected, g, g_plp, g_lp, g_reg, terms)
+    if launch.grid[0] > 0:
+        launch()
     return grad
 
 
@@ -417,7 +481,7 @@ class KLProjection(torch.autograd.Function):
         """One launch (plus the iteration count's max)."""
         new_c, old_c = new.detach().contiguous(), old.detach().contiguous()
         mask_c = None if mask is None else mask.contiguous()
-        f = launch_forward(new_c, old_c, mask_c, None, kl_bound, max_iter, tol, eta_max, terms=False)
+        f = run_forward(new_c, old_c, mask_c, None, kl_bound, max_iter, tol, eta_max, terms=False)
         ctx.save_for_backward(new_c, old_c, mask_c, f.w, f.projected)
         ctx.mark_non_differentiable(f.eta, f.kl_before, f.kl_after, f.projected, f.iters)
         return f.out, f.eta, f.kl_before, f.kl_after, f.projected, f.iters
@@ -430,7 +494,7 @@ class KLProjection(torch.autograd.Function):
         new, old, mask, w, projected = ctx.saved_tensors
         if not ctx.needs_input_grad[0]:
             return (None,) * 7
-        grad = launch_backward(new, old, mask, None, w, projected, g_out.float(), None, None, None, terms=False)
+        grad = run_backward(new, old, mask, None, w, projected, g_out.float(), None, None, None, terms=False)
         return grad.to(new.dtype), None, None, None, None, None, None
 
 

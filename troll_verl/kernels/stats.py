@@ -28,7 +28,9 @@ import torch
 import triton
 import triton.language as tl
 
-__all__ = ["CHUNK", "row_stats", "num_chunks"]
+from .launch import Launch, unused
+
+__all__ = ["CHUNK", "row_stats", "stats_launch", "num_chunks"]
 
 CHUNK = 128  # columns per chunk: the prefilter's unit
 _CHUNKS_PER_TILE = 16  # chunks per loop step (2048 columns)
@@ -108,6 +110,51 @@ def _stats_kernel(
         tl.store(target_lp_ptr + pid, tl.load(z_row + t).to(tl.float32) - lse)
 
 
+def stats_launch(
+    logits: torch.Tensor,
+    rows: torch.Tensor | None = None,
+    chunk_stats: bool = False,
+    target: torch.Tensor | None = None,
+) -> tuple[Launch, tuple]:
+    """The statistics pass's launch and its output buffers (arguments and outputs as :func:`row_stats`); nothing
+    runs, so ``meta`` tensors give the launch's signature."""
+    n_all, vocab = logits.shape
+    n = n_all if rows is None else rows.shape[0]
+    nc = num_chunks(vocab)
+    dev = logits.device
+    lse = torch.empty(n, dtype=torch.float32, device=dev)
+    cmax = torch.empty((n, nc), dtype=torch.float32, device=dev) if chunk_stats else None
+    csum = torch.empty((n, nc), dtype=torch.float32, device=dev) if chunk_stats else None
+    target_lp = torch.empty(n, dtype=torch.float32, device=dev) if target is not None else None
+    f32 = unused(torch.float32, dev)
+    i64 = unused(torch.int64, dev)
+    launch = Launch(
+        _stats_kernel,
+        (n,),
+        dict(
+            z_ptr=logits,
+            stride_z=logits.stride(0),
+            rows_ptr=i64 if rows is None else rows.contiguous(),
+            lse_ptr=lse,
+            cmax_ptr=f32 if cmax is None else cmax,
+            csum_ptr=f32 if csum is None else csum,
+            target_ptr=i64 if target is None else target.contiguous(),
+            target_lp_ptr=f32 if target_lp is None else target_lp,
+            V=vocab,
+            NC=nc,
+        ),
+        dict(
+            HAS_ROWS=rows is not None,
+            CHUNK_STATS=chunk_stats,
+            HAS_TARGET=target is not None,
+            CHUNK_=CHUNK,
+            CPT=_CHUNKS_PER_TILE,
+        ),
+        _WARPS,
+    )
+    return launch, (lse, cmax, csum, target_lp)
+
+
 def row_stats(
     logits: torch.Tensor,
     rows: torch.Tensor | None = None,
@@ -128,21 +175,7 @@ def row_stats(
     """
     if logits.stride(-1) != 1:
         raise ValueError("the kernels read logits with a contiguous last dim; pass logits.contiguous().")
-    n_all, vocab = logits.shape
-    n = n_all if rows is None else rows.shape[0]
-    nc = num_chunks(vocab)
-    dev = logits.device
-    lse = torch.empty(n, dtype=torch.float32, device=dev)
-    cmax = torch.empty((n, nc), dtype=torch.float32, device=dev) if chunk_stats else None
-    csum = torch.empty((n, nc), dtype=torch.float32, device=dev) if chunk_stats else None
-    target_lp = torch.empty(n, dtype=torch.float32, device=dev) if target is not None else None
-    if n > 0:
-        dummy = lse
-        _stats_kernel[(n,)](
-            logits, logits.stride(0), dummy if rows is None else rows.contiguous(), lse,
-            dummy if cmax is None else cmax, dummy if csum is None else csum,
-            dummy if target is None else target.contiguous(), dummy if target_lp is None else target_lp, vocab, nc,
-            HAS_ROWS=rows is not None, CHUNK_STATS=chunk_stats, HAS_TARGET=target is not None,
-            CHUNK_=CHUNK, CPT=_CHUNKS_PER_TILE, num_warps=_WARPS,
-        )  # fmt: skip
-    return lse, cmax, csum, target_lp
+    launch, outputs = stats_launch(logits, rows, chunk_stats, target)
+    if launch.grid[0] > 0:
+        launch()
+    return outputs

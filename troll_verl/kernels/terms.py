@@ -28,7 +28,7 @@ from torch.autograd.function import once_differentiable
 from troll_verl.core.projection import full_precision
 from troll_verl.core.support import TrollTokenTerms, projected_support, support_diagnostics
 
-from .projection import launch_backward, launch_forward
+from .projection import run_backward, run_forward
 
 __all__ = ["TokenTerms", "triton_token_terms"]
 
@@ -48,7 +48,7 @@ class TokenTerms(torch.autograd.Function):
         new_c, old_c = new.detach().contiguous(), old.detach().contiguous()
         mask_c = None if mask is None else mask.contiguous()
         idx = sampled_index.to(torch.int32).contiguous()
-        f = launch_forward(new_c, old_c, mask_c, idx, kl_bound, max_iter, tol, eta_max, terms=True)
+        f = run_forward(new_c, old_c, mask_c, idx, kl_bound, max_iter, tol, eta_max, terms=True)
         ctx.save_for_backward(new_c, old_c, mask_c, idx, f.w, f.projected)
         ctx.mark_non_differentiable(f.kl_before, f.kl_after, f.eta, f.projected, f.iters)
         return f.proj_log_prob, f.log_prob, f.regression, f.kl_before, f.kl_after, f.eta, f.projected, f.iters
@@ -63,7 +63,7 @@ class TokenTerms(torch.autograd.Function):
             return (None,) * 8
         zeros = torch.zeros_like(w)
         g_plp, g_lp, g_reg = (zeros if g is None else g.float().contiguous() for g in (g_plp, g_lp, g_reg))
-        grad = launch_backward(new, old, mask, idx, w, projected, None, g_plp, g_lp, g_reg, terms=True)
+        grad = run_backward(new, old, mask, idx, w, projected, None, g_plp, g_lp, g_reg, terms=True)
         return grad.to(new.dtype), None, None, None, None, None, None, None
 
 

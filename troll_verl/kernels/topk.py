@@ -46,9 +46,10 @@ import torch
 import triton
 import triton.language as tl
 
+from .launch import Launch, unused
 from .stats import CHUNK, num_chunks, row_stats
 
-__all__ = ["LOW_BITS", "TopKConfig", "topk_config", "old_topk", "support_forward"]
+__all__ = ["LOW_BITS", "TopKConfig", "topk_config", "old_topk", "old_topk_launch", "support_forward", "support_launch"]
 
 # low bits of a logit's fp32 pattern that are zero for every value of the logits' dtype (the radix select skips them)
 LOW_BITS = {torch.float32: 0, torch.bfloat16: 16, torch.float16: 13}
@@ -498,6 +499,65 @@ def _support_kernel(
 
 
 # ------------------------------------------------------------------------------------------------------ launchers
+def _row_inputs(logits, rows, stats, cfg: TopKConfig, n: int) -> tuple[dict, dict]:
+    """The parameters both top-K kernels take: the logits, the row selection, the statistics, the scratch; and the
+    shared constexprs."""
+    lse, cmax, csum = stats
+    dev = logits.device
+    args = dict(
+        z_ptr=logits,
+        stride_z=logits.stride(0),
+        rows_ptr=unused(torch.int64, dev) if rows is None else rows.contiguous(),
+        lse_ptr=lse,
+        cmax_ptr=cmax,
+        csum_ptr=csum,
+        scr_ptr=torch.empty((n, cfg.SCR), dtype=torch.int64, device=dev),
+    )
+    constexprs = dict(
+        HAS_ROWS=rows is not None,
+        KC=cfg.KC,
+        NC_P2=cfg.NC_P2,
+        K_P2=cfg.K_P2,
+        C_P2=cfg.C_P2,
+        CHUNK_=CHUNK,
+        LOW_BIT=LOW_BITS[logits.dtype],
+        SB=_SB,
+    )
+    return args, constexprs
+
+
+def old_topk_launch(logits, rows, k: int, mass_delta: float, log_floor: float, value_dtype: torch.dtype, stats):
+    """The old top-K kernel's launch and its output buffers ``(ids, lps, tail)`` (arguments as :func:`old_topk`;
+    ``stats``: the statistics pass's ``(lse, cmax, csum)`` of the same rows). Nothing runs: on ``meta`` tensors it
+    gives the launch's signature."""
+    n = logits.shape[0] if rows is None else rows.shape[0]
+    cfg = topk_config(logits.shape[1], k)
+    dev = logits.device
+    ids = torch.empty((n, k), dtype=torch.int32, device=dev)
+    lps = torch.empty((n, k), dtype=value_dtype, device=dev)
+    tail = torch.empty(n, dtype=torch.float32, device=dev)
+    args, constexprs = _row_inputs(logits, rows, stats, cfg, n)
+    launch = Launch(
+        _old_topk_kernel,
+        (n,),
+        dict(
+            **args,
+            ids_ptr=ids,
+            lps_ptr=lps,
+            tail_ptr=tail,
+            V=cfg.V,
+            NC=cfg.NC,
+            K=k,
+            SCR=cfg.SCR,
+            keep_mass=1.0 - mass_delta,
+            log_floor=log_floor,
+        ),
+        constexprs,
+        cfg.WARPS,
+    )
+    return launch, (ids, lps, tail)
+
+
 def old_topk(logits, rows, k: int, mass_delta: float, log_floor: float, value_dtype: torch.dtype):
     """The old pass on the selected rows (:func:`troll_verl.core.sparse.old_topk_from_logits`'s outputs).
 
@@ -513,22 +573,56 @@ def old_topk(logits, rows, k: int, mass_delta: float, log_floor: float, value_dt
         ``(ids (N, k) int32, logprobs (N, k) value_dtype, tail (N,) fp32 clamped to log_floor)``.
     """
     n = logits.shape[0] if rows is None else rows.shape[0]
-    cfg = topk_config(logits.shape[1], k)
-    dev = logits.device
-    ids = torch.empty((n, k), dtype=torch.int32, device=dev)
-    lps = torch.empty((n, k), dtype=value_dtype, device=dev)
-    tail = torch.empty(n, dtype=torch.float32, device=dev)
     if n == 0:
-        return ids, lps, tail
+        return old_topk_launch(logits, rows, k, mass_delta, log_floor, value_dtype, (None, None, None))[1]
     lse, cmax, csum, _ = row_stats(logits, rows, chunk_stats=True)
-    scr = torch.empty((n, cfg.SCR), dtype=torch.int64, device=dev)
-    _old_topk_kernel[(n,)](
-        logits, logits.stride(0), lse if rows is None else rows.contiguous(), lse, cmax, csum, scr, ids, lps, tail,
-        cfg.V, cfg.NC, k, cfg.SCR, 1.0 - mass_delta, log_floor,
-        HAS_ROWS=rows is not None, KC=cfg.KC, NC_P2=cfg.NC_P2, K_P2=cfg.K_P2, C_P2=cfg.C_P2, CHUNK_=CHUNK,
-        LOW_BIT=LOW_BITS[logits.dtype], SB=_SB, num_warps=cfg.WARPS,
-    )  # fmt: skip
-    return ids, lps, tail
+    launch, outputs = old_topk_launch(logits, rows, k, mass_delta, log_floor, value_dtype, (lse, cmax, csum))
+    launch()
+    return outputs
+
+
+def support_launch(logits, rows, old_ids, old_lp, sampled, sampled_old_lp, k: int, mass_delta: float,
+                   log_floor: float, stats):  # fmt: skip
+    """The support kernel's launch and its output buffers ``(ids, old, valid, new, tail)`` (arguments as
+    :func:`support_forward`; ``stats``: the statistics pass's ``(lse, cmax, csum)`` of the same rows). Nothing runs:
+    on ``meta`` tensors it gives the launch's signature."""
+    n = logits.shape[0] if rows is None else rows.shape[0]
+    ko = old_ids.shape[1]
+    cfg = topk_config(logits.shape[1], k, ko)
+    dev = logits.device
+    ids = torch.empty((n, cfg.C), dtype=torch.int64, device=dev)
+    old = torch.empty((n, cfg.C), dtype=torch.float32, device=dev)
+    valid = torch.empty((n, cfg.C), dtype=torch.uint8, device=dev)
+    new = torch.empty((n, cfg.C), dtype=torch.float32, device=dev)
+    tail = torch.empty(n, dtype=torch.float32, device=dev)
+    args, constexprs = _row_inputs(logits, rows, stats, cfg, n)
+    launch = Launch(
+        _support_kernel,
+        (n,),
+        dict(
+            **args,
+            old_ids_ptr=old_ids.contiguous(),
+            old_lp_ptr=old_lp.contiguous(),
+            sampled_ptr=sampled.contiguous(),
+            sampled_old_lp_ptr=sampled_old_lp.contiguous(),
+            ids_ptr=ids,
+            old_ptr=old,
+            valid_ptr=valid,
+            new_ptr=new,
+            tail_ptr=tail,
+            V=cfg.V,
+            NC=cfg.NC,
+            K=k,
+            KO=ko,
+            C=cfg.C,
+            SCR=cfg.SCR,
+            keep_mass=1.0 - mass_delta,
+            log_floor=log_floor,
+        ),
+        dict(**constexprs, KO_P2=cfg.KO_P2, RB=_RB),
+        cfg.WARPS,
+    )
+    return launch, (ids, old, valid, new, tail)
 
 
 def support_forward(logits, rows, old_ids, old_lp, sampled, sampled_old_lp, k: int, mass_delta: float,
@@ -552,24 +646,11 @@ def support_forward(logits, rows, old_ids, old_lp, sampled, sampled_old_lp, k: i
         ids are sorted with −1 padding last, ``old`` is the floor and ``new`` 0 at padding, ``tail_raw`` unclamped.
     """
     n = logits.shape[0] if rows is None else rows.shape[0]
-    ko = old_ids.shape[1]
-    cfg = topk_config(logits.shape[1], k, ko)
-    dev = logits.device
-    ids = torch.empty((n, cfg.C), dtype=torch.int64, device=dev)
-    old = torch.empty((n, cfg.C), dtype=torch.float32, device=dev)
-    valid = torch.empty((n, cfg.C), dtype=torch.uint8, device=dev)
-    new = torch.empty((n, cfg.C), dtype=torch.float32, device=dev)
-    tail = torch.empty(n, dtype=torch.float32, device=dev)
+    args = (logits, rows, old_ids, old_lp, sampled, sampled_old_lp, k, mass_delta, log_floor)
     if n == 0:
-        return ids, old, valid.view(torch.bool), new, tail, torch.empty(0, dtype=torch.float32, device=dev)
+        ids, old, valid, new, tail = support_launch(*args, (None, None, None))[1]
+        return ids, old, valid.view(torch.bool), new, tail, torch.empty(0, dtype=torch.float32, device=logits.device)
     lse, cmax, csum, _ = row_stats(logits, rows, chunk_stats=True)
-    scr = torch.empty((n, cfg.SCR), dtype=torch.int64, device=dev)
-    _support_kernel[(n,)](
-        logits, logits.stride(0), lse if rows is None else rows.contiguous(), lse, cmax, csum, scr,
-        old_ids.contiguous(), old_lp.contiguous(), sampled.contiguous(), sampled_old_lp.contiguous(), ids, old, valid,
-        new, tail,
-        cfg.V, cfg.NC, k, ko, cfg.C, cfg.SCR, 1.0 - mass_delta, log_floor,
-        HAS_ROWS=rows is not None, KC=cfg.KC, NC_P2=cfg.NC_P2, K_P2=cfg.K_P2, KO_P2=cfg.KO_P2, C_P2=cfg.C_P2,
-        CHUNK_=CHUNK, LOW_BIT=LOW_BITS[logits.dtype], SB=_SB, RB=_RB, num_warps=cfg.WARPS,
-    )  # fmt: skip
+    launch, (ids, old, valid, new, tail) = support_launch(*args, (lse, cmax, csum))
+    launch()
     return ids, old, valid.view(torch.bool), new, tail, lse

@@ -25,9 +25,8 @@ import torch
 from torch.autograd.function import once_differentiable
 
 from troll_verl.core.projection import full_precision
-
-from .grad import logits_grad
-from .stats import row_stats
+from troll_verl.kernels.grad import logits_grad
+from troll_verl.kernels.stats import row_stats
 
 __all__ = ["TokenLogProbs", "token_logprobs"]
 
@@ -48,7 +47,7 @@ class TokenLogProbs(torch.autograd.Function):
     @once_differentiable
     @full_precision
     def backward(ctx, g):
-        """One launch: :func:`.grad.logits_grad` with ``S = {label}``."""
+        """One launch: :func:`troll_verl.kernels.grad.logits_grad` with ``S = {label}``."""
         logits, rows, labels, lse, lp = ctx.saved_tensors
         if not ctx.needs_input_grad[0]:
             return None, None, None

@@ -15,6 +15,13 @@
 (``triton.compile`` of an ``ASTSource`` for a ``GPUTarget``, e.g. ``cuda`` sm_90), with its register use and spills
 (``cuobjdump --dump-resource-usage``, bundled with triton's NVIDIA backend: LOCAL and STACK bytes are spills).
 
+The specialisations are not written here: each is the :class:`~troll_verl.kernels.launch.Launch` that a launcher of
+``troll_verl.kernels`` builds for inputs on the ``meta`` device (dtype and shape, no data), so its signature and
+constexprs are the launch's own.
+
+    python -m benchmarks.kernels.aot [--dtypes ...] [--vocabs ...] [--topks ...] [--rows yes no]
+                                     [--value-dtypes ...] [--arch 90] [--jobs N]
+
 The triton API used (``triton.compiler.ASTSource(fn, signature, constexprs)`` with string keys, every parameter in the
 signature and constexpr ones typed ``"constexpr"``; ``triton.backends.compiler.GPUTarget``; ``CompiledKernel.asm``)
 is the same in triton 3.6 and 3.9. Must run where the kernels were defined compiled (``TRITON_INTERPRET`` unset).
@@ -35,15 +42,16 @@ from dataclasses import dataclass, field
 import torch
 import triton
 
-from . import grad, projection, stats, topk
+from troll_verl.kernels import grad, projection, stats, topk
+from troll_verl.kernels.launch import Launch
 
 __all__ = ["KernelSpec", "specializations", "compile_spec", "resource_usage", "compile_report", "SPEC_VOCABS", "DTYPES"]
 
 # vocabularies whose chunk counts span the compile-time shapes: Qwen3 (151936 → 2048 chunks padded), Llama 3
 # (128256 → 1024), 65536 (512), 32768 (256)
 SPEC_VOCABS = (151936, 128256, 65536, 32768)
-_PTR = {torch.float32: "*fp32", torch.bfloat16: "*bf16", torch.float16: "*fp16"}
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+_META = torch.device("meta")
 
 
 @dataclass
@@ -58,93 +66,91 @@ class KernelSpec:
     attrs: dict = field(default_factory=dict)
 
 
-def _signature(kernel, types: dict[str, str], constexprs: dict[str, object]) -> dict[str, str]:
-    names = kernel.arg_names
-    missing = set(names) - set(types) - set(constexprs)
-    if missing:
-        raise ValueError(f"{kernel.__name__}: no type for {sorted(missing)}")
-    return {n: "constexpr" if n in constexprs else types[n] for n in names}
+def _spec(name: str, launch: Launch) -> KernelSpec:
+    return KernelSpec(name, launch.kernel, launch.signature(), dict(launch.constexprs), launch.num_warps)
+
+
+def _empty(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    return torch.empty(shape, dtype=dtype, device=_META)
+
+
+def _logits(dtype, vocab: int, has_rows: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """One row of logits, and its row selection where ``has_rows``."""
+    return _empty(1, vocab, dtype=dtype), (_empty(1, dtype=torch.int64) if has_rows else None)
 
 
 def _stats_specs(dtype, rows) -> list[KernelSpec]:
     out = []
     for has_rows in rows:
-        for chunk_stats, target in ((True, False), (False, True)):
-            constexprs = dict(HAS_ROWS=has_rows, CHUNK_STATS=chunk_stats, HAS_TARGET=target, CHUNK_=stats.CHUNK,
-                              CPT=stats._CHUNKS_PER_TILE)  # fmt: skip
-            types = dict(z_ptr=_PTR[dtype], stride_z="i32", rows_ptr="*i64", lse_ptr="*fp32", cmax_ptr="*fp32",
-                         csum_ptr="*fp32", target_ptr="*i64", target_lp_ptr="*fp32", V="i32", NC="i32")  # fmt: skip
-            name = f"stats[{dtype}, rows={has_rows}, chunks={chunk_stats}, target={target}]"
-            out.append(KernelSpec(name, stats._stats_kernel, _signature(stats._stats_kernel, types, constexprs),
-                                  constexprs, stats._WARPS))  # fmt: skip
+        logits, sel = _logits(dtype, stats.CHUNK, has_rows)
+        for chunk_stats, target in ((True, None), (False, _empty(1, dtype=torch.int64))):
+            launch, _ = stats.stats_launch(logits, sel, chunk_stats=chunk_stats, target=target)
+            name = f"stats[{dtype}, rows={has_rows}, chunks={chunk_stats}, target={target is not None}]"
+            out.append(_spec(name, launch))
     return out
 
 
-def _topk_specs(dtype, vocab: int, k: int, ko: int, rows) -> list[KernelSpec]:
-    cfg = topk.topk_config(vocab, k, ko)
+def _topk_specs(dtype, vocab: int, k: int, rows, value_dtypes) -> list[KernelSpec]:
     out = []
     for has_rows in rows:
-        common = dict(HAS_ROWS=has_rows, KC=cfg.KC, NC_P2=cfg.NC_P2, K_P2=cfg.K_P2, C_P2=cfg.C_P2, CHUNK_=stats.CHUNK,
-                      LOW_BIT=topk.LOW_BITS[dtype], SB=topk._SB)  # fmt: skip
-        types = dict(z_ptr=_PTR[dtype], stride_z="i32", rows_ptr="*i64", lse_ptr="*fp32", cmax_ptr="*fp32",
-                     csum_ptr="*fp32", scr_ptr="*i64", ids_ptr="*i32", lps_ptr="*fp32", tail_ptr="*fp32", V="i32",
-                     NC="i32", K="i32", SCR="i32", keep_mass="fp32", log_floor="fp32")  # fmt: skip
-        kern = topk._old_topk_kernel
-        out.append(KernelSpec(f"old_topk[{dtype}, V={vocab}, K={k}, rows={has_rows}]", kern,
-                              _signature(kern, types, common), common, cfg.WARPS))  # fmt: skip
-        constexprs = {**common, "KO_P2": cfg.KO_P2, "RB": topk._RB}
-        types.update(ids_ptr="*i64", old_ids_ptr="*i32", old_lp_ptr="*fp32", sampled_ptr="*i64",
-                     sampled_old_lp_ptr="*fp32", old_ptr="*fp32", valid_ptr="*u8", new_ptr="*fp32", KO="i32",
-                     C="i32")  # fmt: skip
-        kern = topk._support_kernel
-        out.append(KernelSpec(f"support[{dtype}, V={vocab}, K={k}, K_old={ko}, rows={has_rows}]", kern,
-                              _signature(kern, types, constexprs), constexprs, cfg.WARPS))  # fmt: skip
+        logits, sel = _logits(dtype, vocab, has_rows)
+        _, (lse, cmax, csum, _) = stats.stats_launch(logits, sel, chunk_stats=True)
+        for value_dtype in value_dtypes:
+            launch, (old_ids, old_lp, _) = topk.old_topk_launch(
+                logits, sel, k, 1e-5, -27.6, value_dtype, (lse, cmax, csum)
+            )
+            tag = f"{dtype}, V={vocab}, K={k}, values={value_dtype}, rows={has_rows}"
+            out.append(_spec(f"old_topk[{tag}]", launch))
+            launch, _ = topk.support_launch(
+                logits, sel, old_ids, old_lp, _empty(1, dtype=torch.int64), _empty(1), k, 1e-5, -27.6, (lse, cmax, csum)
+            )
+            out.append(_spec(f"support[{tag}]", launch))
     return out
 
 
 def _grad_specs(dtype, c: int, has_tail: bool, rows) -> list[KernelSpec]:
     out = []
     for has_rows in rows:
-        constexprs = dict(HAS_ROWS=has_rows, HAS_TAIL=has_tail, C_P2=triton.next_power_of_2(c),
-                          BLOCK_V=grad._BLOCK_V)  # fmt: skip
-        types = dict(z_ptr=_PTR[dtype], stride_z="i32", g_ptr=_PTR[dtype], stride_g="i32", sel_ptr="*i32",
-                     lse_ptr="*fp32", ids_ptr="*i64", valid_ptr="*u8", gnew_ptr="*fp32", newlp_ptr="*fp32",
-                     gtail_ptr="*fp32", tail_ptr="*fp32", V="i32", C="i32", log_floor="fp32", tiny="fp32")  # fmt: skip
-        out.append(KernelSpec(f"grad[{dtype}, C={c}, tail={has_tail}, rows={has_rows}]", grad._grad_kernel,
-                              _signature(grad._grad_kernel, types, constexprs), constexprs, grad._WARPS))  # fmt: skip
+        logits, sel = _logits(dtype, stats.CHUNK, has_rows)
+        tail = (_empty(1), _empty(1)) if has_tail else (None, None)
+        launch, _ = grad.grad_launch(
+            logits, sel, _empty(1), _empty(1, c, dtype=torch.int64), _empty(1, c, dtype=torch.bool), _empty(1, c),
+            _empty(1, c), *tail, -27.6,
+        )  # fmt: skip
+        out.append(_spec(f"grad[{dtype}, C={c}, tail={has_tail}, rows={has_rows}]", launch))
     return out
 
 
 def _projection_specs(width: int) -> list[KernelSpec]:
-    s_p2, block_r = projection._config(width)
     out = []
+    rows = projection._config(width)[1]  # one full block
+    new, old, mask, w = _empty(rows, width), _empty(rows, width), _empty(rows, width, dtype=torch.bool), _empty(rows)
+    projected = _empty(rows, dtype=torch.bool)
     for terms in (False, True):
-        constexprs = dict(HAS_MASK=True, TERMS=terms, BLOCK_R=block_r, S_P2=s_p2)
-        types = dict(new_ptr="*fp32", old_ptr="*fp32", mask_ptr="*u8", idx_ptr="*i32", out_ptr="*fp32",
-                     eta_ptr="*fp32", klb_ptr="*fp32", kla_ptr="*fp32", proj_ptr="*u8", w_ptr="*fp32",
-                     iters_ptr="*i32", plp_ptr="*fp32", lp_ptr="*fp32", reg_ptr="*fp32", R="i32", S="i32",
-                     target_base="fp32", ulps_eps="fp32", half_bound="fp32", u_min="fp32", max_iter="i32", tol="fp32",
-                     trust_phi="fp32", phi_conv="fp32", tiny="fp32", g_ptr="*fp32", gplp_ptr="*fp32",
-                     glp_ptr="*fp32", greg_ptr="*fp32", grad_ptr="*fp32")  # fmt: skip
-        for kern, name in ((projection._project_fwd_kernel, "project_fwd"), (projection._project_bwd_kernel,
-                                                                              "project_bwd")):  # fmt: skip
-            out.append(KernelSpec(f"{name}[S={width}, terms={terms}]", kern,
-                                  _signature(kern, {k: v for k, v in types.items() if k in kern.arg_names}, constexprs),
-                                  constexprs, projection._WARPS))  # fmt: skip
+        idx = _empty(rows, dtype=torch.int32) if terms else None
+        launch, _ = projection.forward_launch(new, old, mask, idx, 0.05, 30, None, 1e6, terms)
+        out.append(_spec(f"project_fwd[S={width}, terms={terms}]", launch))
+        # the upstream gradient: the projected rows', or the three terms'
+        upstream = (None, *(_empty(rows) for _ in range(3))) if terms else (_empty(rows, width), None, None, None)
+        launch, _ = projection.backward_launch(new, old, mask, idx, w, projected, *upstream, terms)
+        out.append(_spec(f"project_bwd[S={width}, terms={terms}]", launch))
     return out
 
 
-def specializations(dtypes=None, vocabs=SPEC_VOCABS, topks=(64,), rows=(False, True)) -> list[KernelSpec]:
+def specializations(dtypes=None, vocabs=SPEC_VOCABS, topks=(64,), rows=(False, True), value_dtypes=None):
     """The specialisations the entry points launch for these logits dtypes, vocabularies, top-Ks (old and new top-K
-    alike) and row selections (``rows=`` given or not): statistics, old top-K, support, backward with the union
-    (TROLL) and with one token (clip), and the projection and token terms (fp32, on the union plus the tail). The
-    register tiles grow with the top-K and the vocabulary's chunk count, so the largest of each bounds the rest."""
+    alike), row selections (``rows=`` given or not) and old top-K value dtypes (``old_value_dtype``; default all
+    three): statistics, old top-K, support, backward with the union (TROLL) and with one token (clip), and the
+    projection and token terms (fp32, on the union plus the tail). The register tiles grow with the top-K and the
+    vocabulary's chunk count, so the largest of each bounds the rest."""
+    dtypes = tuple(DTYPES.values()) if dtypes is None else dtypes
+    value_dtypes = tuple(DTYPES.values()) if value_dtypes is None else value_dtypes
     specs = []
-    for dtype in tuple(DTYPES.values()) if dtypes is None else dtypes:
+    for dtype in dtypes:
         specs += _stats_specs(dtype, rows)
         for k in topks:
             for vocab in vocabs:
-                specs += _topk_specs(dtype, vocab, k, k, rows)
+                specs += _topk_specs(dtype, vocab, k, rows, value_dtypes)
             specs += _grad_specs(dtype, 2 * k + 1, True, rows)
         specs += _grad_specs(dtype, 1, False, rows)
     for k in topks:
@@ -218,18 +224,22 @@ def compile_report(specs: list[KernelSpec], arch: int = 90, jobs: int = 1) -> li
 
 
 def main(argv=None) -> int:
-    """``python -m troll_verl.kernels.aot``: compile the specialisations, print one JSON list; exit 1 on a
+    """``python -m benchmarks.kernels.aot``: compile the specialisations, print one JSON list; exit 1 on a
     failure or a spill (LOCAL or STACK bytes)."""
     parser = argparse.ArgumentParser(description=main.__doc__)
     parser.add_argument("--dtypes", nargs="+", default=list(DTYPES), choices=list(DTYPES))
     parser.add_argument("--vocabs", nargs="+", type=int, default=list(SPEC_VOCABS))
     parser.add_argument("--topks", nargs="+", type=int, default=[64])
     parser.add_argument("--rows", nargs="+", choices=["yes", "no"], default=["no", "yes"])
+    parser.add_argument("--value-dtypes", nargs="+", default=list(DTYPES), choices=list(DTYPES),
+                        help="the old top-K's value dtypes (old_value_dtype)")  # fmt: skip
     parser.add_argument("--arch", type=int, default=90)
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="compile processes (one per core)")
     args = parser.parse_args(argv)
-    specs = specializations(tuple(DTYPES[d] for d in args.dtypes), tuple(args.vocabs), tuple(args.topks),
-                            tuple(r == "yes" for r in args.rows))  # fmt: skip
+    specs = specializations(
+        tuple(DTYPES[d] for d in args.dtypes), tuple(args.vocabs), tuple(args.topks),
+        tuple(r == "yes" for r in args.rows), tuple(DTYPES[d] for d in args.value_dtypes),
+    )  # fmt: skip
     report = compile_report(specs, args.arch, args.jobs)
     print(json.dumps(report))
     bad = [r for r in report if "error" in r or r["LOCAL"] or r["STACK"]]
