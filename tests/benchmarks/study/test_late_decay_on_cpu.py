@@ -127,3 +127,19 @@ def test_a_look_that_does_not_cross_runs_on_to_the_end(tmp_path):
         _write_run(tmp_path, "clip", seed, [0.5] * 30)
     out = ld.report(str(tmp_path))
     assert "| interim | 12 |" in out and "run on" in out and "secondary" not in out
+
+
+def test_the_readmes_interim_figure_is_the_committed_look():
+    """The README quotes the interim look; it is the plan's look at the committed raw results."""
+    from pathlib import Path
+
+    from troll_verl.testing import REPO
+
+    runs = ld.collect(str(Path(REPO) / "benchmarks/results/late_decay"))
+    pairs = ld._pairs(runs)
+    assert len(pairs) >= ld.LOOKS[0]
+    result = ld.look([runs["troll"][s]["last10"] - runs["clip"][s]["last10"] for s in pairs[: ld.LOOKS[0]]])
+    figure = f"{result['mean']:+.3f} [{result['lo']:+.3f}, {result['hi']:+.3f}]".replace("-", "−")
+    readme = " ".join((Path(REPO) / "README.md").read_text().split())
+    assert f"interim look ({ld.LOOKS[0]} of {len(ld.SEEDS)} pairs) TROLL − clip was {figure}" in readme
+    assert ("outside the bound" if result["crossed"] else "inside the bound") in readme
