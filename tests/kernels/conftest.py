@@ -41,7 +41,7 @@ import torch
 DEVICE = os.environ.get("TROLL_TEST_DEVICE", "cpu")
 # in dependency order (a re-import must see the re-imported modules below it)
 KERNEL_MODULES = {
-    name: f"troll_verl.kernels.{name}" for name in ("launch", "stats", "topk", "grad", "sparse", "projection", "terms")
+    name: f"troll_verl.kernels.{name}" for name in ("stats", "topk", "grad", "sparse", "projection", "terms")
 }
 KERNEL_MODULES["clip"] = "benchmarks.kernels.clip"  # the clip baseline, outside the package
 ROOT = Path(__file__).resolve().parents[2]

@@ -22,6 +22,7 @@ specialisation does not depend on which tensor stood in for it.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,8 +41,10 @@ POINTER_TYPES = {
 }
 
 
+@functools.cache
 def unused(dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """A one-element stand-in of ``dtype`` for a pointer parameter that a constexpr flag leaves unread."""
+    """A one-element stand-in of ``dtype`` for a pointer parameter that a constexpr flag leaves unread; one per dtype
+    and device for the process, so a launch allocates nothing for it."""
     return torch.empty(1, dtype=dtype, device=device)
 
 
