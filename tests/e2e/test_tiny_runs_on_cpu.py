@@ -24,8 +24,9 @@ about 1.5 times as long as one alone, so the module takes about three quarters o
   4 steps, a checkpoint at step 2 and the rollouts dumped;
 - ``sync_resumed``: the quickstart CLI with the clip baseline (``loss_mode=vanilla``), resumed from ``sync``'s step 2;
 - ``async_``: verl's ``colocate_async`` trainer with TROLL (stale data), 4 steps, a checkpoint at step 2 while step 3's
-  batch is in flight; ``async_resumed`` resumes from it;
-- ``async_bypass``: ``colocate_async`` in bypass mode (the old distribution from vLLM's top-K);
+  batch is in flight;
+- ``async_resumed``: resumes from it in bypass mode (the old distribution from vLLM's top-K), with Dr.GRPO's advantage
+  and aggregation;
 - ``legacy``: verl's legacy trainer (``trainer.use_v1=false``) through TROLL's task runner, ``sync``'s settings.
 
 Two more launches, ``sigkill`` and ``outer_timeout``, end the quickstart from outside once vLLM's engine runs (SIGKILL;
@@ -180,15 +181,18 @@ def _async(assets, run_dir: str) -> Run:
 
 
 def _async_resumed(assets, launches: Launches, run_dir: str) -> Run:
+    """``async_`` resumed from its step-2 checkpoint in bypass mode, with Dr.GRPO's advantage and aggregation (the one
+    launch of each): what a checkpoint carries does not depend on how the old distribution is made."""
     saved = os.path.join(launches.result("async_").dir, "checkpoints", "global_step_2")
     return _train(
-        assets, run_dir, *COLOCATE_ASYNC, "trainer.resume_mode=resume_path", f"trainer.resume_from_path={saved}"
+        assets,
+        run_dir,
+        BYPASS,
+        *COLOCATE_ASYNC,
+        *DRGRPO,
+        "trainer.resume_mode=resume_path",
+        f"trainer.resume_from_path={saved}",
     )
-
-
-def _async_bypass(assets, run_dir: str) -> Run:
-    """Bypass mode in colocate_async, with Dr.GRPO's advantage and aggregation (the one launch of that variant)."""
-    return _train(assets, run_dir, BYPASS, *COLOCATE_ASYNC, *DRGRPO, steps=3)
 
 
 @pytest.fixture(scope="module")
@@ -202,7 +206,6 @@ def launches(request, assets, tmp_path_factory):
         "sync": lambda: (_sync, assets, str(tmp_path_factory.mktemp("sync"))),
         "async_": lambda: (_async, assets, str(tmp_path_factory.mktemp("async"))),
         "legacy": lambda: (_legacy, assets, str(tmp_path_factory.mktemp("legacy"))),
-        "async_bypass": lambda: (_async_bypass, assets, str(tmp_path_factory.mktemp("async_bypass"))),
         "sync_resumed": lambda: (
             _sync_resumed,
             assets,
@@ -233,7 +236,7 @@ def _finished(name: str):
 
 
 sync, sync_resumed, legacy = _finished("sync"), _finished("sync_resumed"), _finished("legacy")
-async_, async_resumed, async_bypass = _finished("async_"), _finished("async_resumed"), _finished("async_bypass")
+async_, async_resumed = _finished("async_"), _finished("async_resumed")
 sigkill, outer_timeout = _finished("sigkill"), _finished("outer_timeout")
 
 
@@ -373,15 +376,15 @@ def test_colocate_async_checkpoint_and_resume(async_, async_resumed):
     assert max(r["actor/troll/kl_after_max"] for r in rows) <= BOUND * (1 + 1e-3)
 
 
-def test_troll_in_bypass_mode_takes_the_old_distribution_from_vllm(async_bypass):
+def test_troll_in_bypass_mode_takes_the_old_distribution_from_vllm(async_resumed):
     """bypass_mode=true (troll_verl.bypass): the old distribution is the vLLM rollout's top-K and the actor's
     old-log-prob pass never runs. verl writes ``actor/entropy`` right after that pass, and it is absent; TROLL's actor
     worker turns the rollout's top-K (carried across the asynchronous client's resumed chunks) into the old
     distribution with no pass of its own, reports its tail mass, and keeps the bound on every token. Bypass mode where
     the mismatch is rounding only runs on the real model (tests/e2e/test_real_model_on_cpu.py)."""
-    run = async_bypass.check()
+    run = async_resumed.check()
     assert "TROLL bypass mode: no old-log-prob pass" in run.log
-    assert run.steps == [1, 2, 3]
+    assert run.steps == [3, 4]
     for r in run.rows:
         assert "actor/entropy" not in r  # the actor's old-log-prob pass did not run
         assert r["actor/troll/old_from_rollout"] == 1.0 and r["actor/troll/old_pass_recompute_s"] == 0.0
@@ -396,11 +399,11 @@ def test_troll_in_bypass_mode_takes_the_old_distribution_from_vllm(async_bypass)
     assert any(r["training/off_policy/trajectory_staleness/mean"] > 0 for r in run.rows)
 
 
-def test_drgrpo_trains_with_troll(async_bypass):
+def test_drgrpo_trains_with_troll(async_resumed):
     """Dr.GRPO's settings reached verl (the composed config), and its advantages are the rewards minus the group's
     mean, not divided by the group's std: never larger than the batch's reward range (GRPO's reach 1.5 for one correct
     answer of four)."""
-    run = async_bypass.check()
+    run = async_resumed.check()
     cfg = OmegaConf.load(os.path.join(run.dir, "hydra", ".hydra", "config.yaml"))
     assert cfg.algorithm.adv_estimator == "grpo" and not cfg.algorithm.norm_adv_by_std_in_grpo
     assert cfg.actor_rollout_ref.actor.loss_agg_mode == "seq-mean-token-sum-norm"
