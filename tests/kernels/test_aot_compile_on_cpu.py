@@ -55,6 +55,7 @@ def _check(report: list[dict], kernels: set[str]) -> None:
 KERNELS = {"stats", "old_topk", "support", "grad", "project_fwd", "project_bwd"}
 
 
+@pytest.mark.slow  # compiles in child processes: seconds on a warm Triton cache, about 3 minutes on a cold one
 def test_every_kernel_compiles_for_sm90_without_spills_at_the_largest_tiles():
     """Each kernel in every logits dtype at its largest register tiles (K = 64, Qwen3's 151936-token vocabulary: 2048
     chunks), with ``rows=`` as the engines call it, the old top-K in each ``old_value_dtype``."""
