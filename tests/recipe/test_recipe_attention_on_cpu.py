@@ -70,13 +70,12 @@ def test_cpu_mode_keeps_its_own_sdpa_once(tmp_path):
     assert argv.count(SDPA) == 1  # Hydra refuses a '+' key given twice
 
 
-def test_the_recorded_command_passes_the_dry_run(tmp_path, monkeypatch):
+def test_the_recorded_command_passes_the_dry_run(tmp_path, monkeypatch, gpu_node_env):
     """The sdpa command composes, validates and passes TROLL's attention check with no flash-attn (none here); the
     default (flash_attention_2) command passes the dry run too, which reports flash-attn missing on this machine."""
     from troll_verl.integration import startup
     from troll_verl.tools.dry_run import dry_run_command
 
-    monkeypatch.delenv("VERL_PLATFORM", raising=False)  # as on a GPU node (conftest.py selects the CPU platform)
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(startup, "_importable", lambda package: False)
     seen = []

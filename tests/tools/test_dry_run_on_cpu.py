@@ -238,17 +238,6 @@ SEPARATE_ASYNC = [
 ]
 
 
-@pytest.fixture
-def gpu_cluster_env(monkeypatch):
-    """The dry run as on a GPU cluster (the CPU platform's own checks, e.g. vLLM-CPU's sleep mode, stay out). verl
-    resolves its platform once per process, from ``VERL_PLATFORM`` at the first call: resolved here first, so that
-    this test process keeps the CPU platform the suite selected, whichever test runs next."""
-    from verl.plugin.platform import get_platform
-
-    assert get_platform().device_name == "cpu"
-    monkeypatch.delenv("VERL_PLATFORM", raising=False)
-
-
 def _dry_run(*overrides):
     from troll_verl.main import prepare
     from troll_verl.testing.verl_engine import compose_config
@@ -260,20 +249,20 @@ def _dry_run(*overrides):
 
 
 @pytest.mark.parametrize("mode", ["troll", "troll_sync", "troll_colocate_async"])
-def test_dry_run_accepts_troll_in_each_colocated_mode(gpu_cluster_env, mode):
+def test_dry_run_accepts_troll_in_each_colocated_mode(gpu_node_env, mode):
     summary = _dry_run(f"trainer.v1.trainer_mode={mode}", "actor_rollout_ref.actor.policy_loss.kernels=torch")
     assert summary["trainer_mode"] == mode and summary["loss_mode"] == "troll" and summary["warnings"] == []
     assert summary["kernels"] == "torch"  # the config's kernel choice, reported
 
 
 @pytest.mark.parametrize("mode", ["troll", "troll_colocate_async"])
-def test_dry_run_accepts_troll_in_bypass_mode(gpu_cluster_env, mode):
+def test_dry_run_accepts_troll_in_bypass_mode(gpu_node_env, mode):
     """The old distribution from the rollout (troll_verl.bypass.mode): verl's bypass mode with TROLL validates."""
     summary = _dry_run(f"trainer.v1.trainer_mode={mode}", "algorithm.rollout_correction.bypass_mode=true")
     assert summary["loss_mode"] == "troll" and summary["warnings"] == []
 
 
-def test_dry_run_validates_separate_async_and_says_it_has_not_run(gpu_cluster_env):
+def test_dry_run_validates_separate_async_and_says_it_has_not_run(gpu_node_env):
     summary = _dry_run(*SEPARATE_ASYNC)
     assert summary["trainer_mode"] == "troll_separate_async"
     (warning,) = summary["warnings"]
@@ -289,6 +278,6 @@ def test_dry_run_validates_separate_async_and_says_it_has_not_run(gpu_cluster_en
         ("actor_rollout_ref.rollout.checkpoint_engine.backend=naive", r"checkpoint_engine.backend to nccl"),
     ],
 )
-def test_dry_run_refuses_what_separate_async_cannot_run(gpu_cluster_env, override, match):
+def test_dry_run_refuses_what_separate_async_cannot_run(gpu_node_env, override, match):
     with pytest.raises(ValueError, match=match):
         _dry_run(*SEPARATE_ASYNC, override)
