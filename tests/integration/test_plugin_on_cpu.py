@@ -37,6 +37,7 @@ def _ok(result: subprocess.CompletedProcess) -> str:
     return result.stdout
 
 
+@pytest.mark.route
 def test_import_verl_alone_registers_loss_and_trainer():
     out = _ok(
         _run(
@@ -66,6 +67,7 @@ def test_import_verl_stays_cheap():
     assert out.strip() == "[] True"
 
 
+@pytest.mark.route
 def test_external_modules_alternative():
     """VERL_USE_EXTERNAL_MODULES=troll_verl.integration.plugin works with entry-point discovery switched off."""
     out = _ok(
@@ -94,6 +96,7 @@ def test_external_modules_alternative():
     assert missing.returncode != 0 and "Unsupported loss mode: troll" in missing.stderr
 
 
+@pytest.mark.route
 def test_registered_loss_called_by_plain_ppo_loss_names_the_fix():
     from verl.trainer.ppo.core_algos import get_policy_loss_fn
 
@@ -104,6 +107,7 @@ def test_registered_loss_called_by_plain_ppo_loss_names_the_fix():
         get_policy_loss_fn("troll")(None, None, None, None, config=object())
 
 
+@pytest.mark.route
 def test_the_route_is_chosen_once_at_registration(monkeypatch):
     """The registered loss is its route's own forwarder, chosen when verl's registry loads: the seam's, with its spec,
     where verl has the seam, else the stock route's (which never looks for the seam again)."""

@@ -33,7 +33,7 @@ from troll_verl.core.losses import compute_policy_loss_troll
 from troll_verl.core.sparse import old_topk_from_pass, troll_sparse_from_logits
 from troll_verl.integration.seam import seam_available
 
-pytestmark = pytest.mark.skipif(not seam_available(), reason="verl without the logits seam")
+pytestmark = [pytest.mark.skipif(not seam_available(), reason="verl without the logits seam"), pytest.mark.route]
 
 VOCAB, K, DELTA = 50, 8, 1e-4
 PROMPTS, RESPONSE = (3, 5, 2), 4  # equal response lengths: the direct computation reshapes to (bsz, T)

@@ -60,6 +60,7 @@ def test_refusals_name_the_setting(override, match):
         validate_troll_config(compose_config("/nonexistent", override))
 
 
+@pytest.mark.route
 def test_the_legacy_trainer_runs_troll_and_its_bypass_mode():
     """trainer.use_v1=false is TROLL's legacy task runner (troll_verl.integration.legacy), whatever the v1 mode key
     says, in bypass mode too (TROLL's worker turns the rollout's top-K columns into the old fields). With the seam
@@ -83,6 +84,7 @@ def test_the_legacy_trainer_runs_troll_and_its_bypass_mode():
         assert validate_troll_config(config).kl_bound == 0.05
 
 
+@pytest.mark.route
 @pytest.mark.parametrize("stored, refused", [(8, True), (63, True), (0, False), (64, False), (100, False)])
 def test_an_old_pass_that_stores_fewer_tokens_than_topk_is_refused_on_the_seam(monkeypatch, stored, refused):
     """With the seam (upstream/ PR C), verl's old-log-prob pass stores actor.calculate_old_topk tokens and TROLL reads
@@ -106,6 +108,7 @@ def test_an_old_pass_that_stores_fewer_tokens_than_topk_is_refused_on_the_seam(m
     assert validate_troll_config(config).topk == 64
 
 
+@pytest.mark.route
 @pytest.mark.parametrize("mode", ["sync", "colocate_async", "separate_async"])
 def test_verls_own_trainer_modes_run_troll(mode):
     """TROLL lives in the actor worker: verl's own trainers need no TROLL trainer, on stock verl as on the seam."""
@@ -123,6 +126,7 @@ def test_troll_trainer_yaml_and_cli_overrides():
     assert isinstance(actor.policy_loss, TrollPolicyLossConfig) and actor.policy_loss.kl_bound == 0.2
 
 
+@pytest.mark.route
 def test_plain_verl_config_with_loss_mode_troll_uses_paper_defaults():
     """verl's stock ppo_trainer config plus loss_mode=troll (no _target_): TROLL runs with the paper's settings."""
     import os
@@ -148,6 +152,7 @@ def test_plain_verl_config_with_loss_mode_troll_uses_paper_defaults():
     assert validate_troll_config(cfg).kl_bound == 0.1
 
 
+@pytest.mark.route
 @pytest.mark.parametrize("loss_mode", ["troll", "vanilla"])
 def test_the_trainers_shared_preparation(loss_mode):
     """prepare_troll_run, what the v1 and legacy trainers do before the workers start: nothing for another loss; for
@@ -259,6 +264,7 @@ def test_trainer_runs_as_verls_own_mode(monkeypatch, cls):
     assert seen["mode"] == cls.troll_base_mode
 
 
+@pytest.mark.route
 def test_a_verl_in_neos_shape_runs_its_legacy_trainer(monkeypatch):
     """verl's neo branch: no v1 task runner (refused, naming the fix), and its legacy trainer runs TROLL: nothing of
     TROLL's crosses neo's data plane, whose whitelists keep only the keys they list."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -313,6 +314,36 @@ def test_kit_shell_scripts_pass_shellcheck():
     assert len(scripts) >= 2
     proc = subprocess.run([shellcheck, *map(str, scripts)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def _seam_tests() -> list[str]:
+    """The test files check.sh's seam stage runs (its ``SEAM_TESTS`` array)."""
+    text = (ROOT / "upstream/check.sh").read_text()
+    start = text.index("SEAM_TESTS=(") + len("SEAM_TESTS=(")
+    return text[start : text.index(")", start)].split()
+
+
+# a test marked `route`, a module that runs only on a verl with the seam (skipped on verl 0.9.1)
+ROUTE_MARK = re.compile(r"^(@pytest\.mark\.route\b|pytestmark = .*\bpytest\.mark\.route\b)", re.MULTILINE)
+SEAM_ONLY = re.compile(r"^pytestmark = .*skipif\(not seam_available\(\)", re.MULTILINE)
+
+
+def _test_files(pattern: re.Pattern) -> list[str]:
+    return sorted(
+        str(f.relative_to(ROOT)) for f in (ROOT / "tests").rglob("test_*.py") if pattern.search(f.read_text())
+    )
+
+
+def test_the_seam_stage_runs_every_route_test():
+    """check.sh's seam stage runs ``-m route`` over its files: every file holding a test marked ``route`` is among
+    them (else that test would never run on the seam route), each of them holds one, and so does every module that
+    runs only where verl has the seam."""
+    listed = _seam_tests()
+    assert len(listed) == len(set(listed)) and all((ROOT / f).is_file() for f in listed), listed
+    assert '-m route "${SEAM_TESTS[@]}"' in (ROOT / "upstream/check.sh").read_text()
+    assert _test_files(ROUTE_MARK) == sorted(listed)
+    seam_only = _test_files(SEAM_ONLY)
+    assert seam_only and set(seam_only) <= set(listed), seam_only
 
 
 # ------------------------------------------------------------------------------------------------------------
