@@ -278,14 +278,18 @@ def test_bf16_parameters_keep_the_bound_and_stay_finite(model_dir):
 # --------------------------------------------------------------------------------------------------------------
 # two data-parallel ranks (gloo, 2 processes) against one rank on the same global batch
 # --------------------------------------------------------------------------------------------------------------
-def _dp_worker(rank, world, port, model_dir, loss_agg_mode, queue):
+# the aggregation modes whose normaliser needs verl's global batch info (token-mean: the all-reduced token count;
+# seq-mean-token-mean: dp_size and the global sequence count); one spawn of each world size checks both
+DP_AGG_MODES = ("token-mean", "seq-mean-token-mean")
+
+
+def _dp_worker(rank, world, port, model_dir, queue):
     os.environ.update(
         VERL_PLATFORM="cpu", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world)
     )
     import torch.distributed as dist
 
     dist.init_process_group("gloo", rank=rank, world_size=world)
-    from verl.utils import tensordict_utils as tu
 
     from troll_verl.testing.verl_engine import (
         compose_config,
@@ -296,29 +300,33 @@ def _dp_worker(rank, world, port, model_dir, loss_agg_mode, queue):
         with_kept_old_fields,
     )
 
-    cfg = compose_config(
-        model_dir, "actor_rollout_ref.actor.optim.lr=0.0", f"actor_rollout_ref.actor.loss_agg_mode={loss_agg_mode}"
-    )
-    worker = make_actor_worker(cfg)
-    grads = _capture_grads(worker)
     full = make_batch(VOCAB, PROMPTS, RESPONSES, seed=3)
     mine = list(range(rank, 4, world))  # verl's dispatch gives each DP rank its share of the global batch
     batch = _select(full, mine)
-    old = _perturb_old(with_kept_old_fields(worker, batch, old_pass(worker, batch, TEMPERATURE)))
     adv = torch.randn(4, max(RESPONSES), generator=torch.Generator().manual_seed(0))[mine]
-    metrics = tu.get(worker.update_actor(update_batch(batch, old, adv, TEMPERATURE, mini_batch_size=4)), "metrics")
+    grads_by_mode = {}
+    for loss_agg_mode in DP_AGG_MODES:  # a worker each, from the same weights (lr 0)
+        cfg = compose_config(
+            model_dir, "actor_rollout_ref.actor.optim.lr=0.0", f"actor_rollout_ref.actor.loss_agg_mode={loss_agg_mode}"
+        )
+        worker = make_actor_worker(cfg)
+        grads = _capture_grads(worker)
+        old = _perturb_old(with_kept_old_fields(worker, batch, old_pass(worker, batch, TEMPERATURE)))
+        worker.update_actor(update_batch(batch, old, adv, TEMPERATURE, mini_batch_size=4))
+        grads_by_mode[loss_agg_mode] = {k: v.numpy() for k, v in grads.items()}
     if rank == 0:
-        queue.put(({k: v.numpy() for k, v in grads.items()}, metrics["troll/kl_before"]))
+        queue.put(grads_by_mode)
     dist.barrier()
     dist.destroy_process_group()
 
 
-def _run_dp(world, model_dir, loss_agg_mode):
+def _run_dp(world, model_dir) -> dict[str, dict]:
+    """Each aggregation mode's gradients (parameter name -> array) on ``world`` gloo ranks, from rank 0."""
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     port = free_port()
     worker = FileFunction(__file__, "_dp_worker")
-    procs = [ctx.Process(target=worker, args=(r, world, port, model_dir, loss_agg_mode, queue)) for r in range(world)]
+    procs = [ctx.Process(target=worker, args=(r, world, port, model_dir, queue)) for r in range(world)]
     for p in procs:
         p.start()
     try:
@@ -332,13 +340,15 @@ def _run_dp(world, model_dir, loss_agg_mode):
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-@pytest.mark.parametrize("loss_agg_mode", ["token-mean", "seq-mean-token-mean"])
-def test_two_data_parallel_ranks_equal_one(loss_agg_mode):
+def test_two_data_parallel_ranks_equal_one():
     """The same 4 sequences as one rank's batch or split over 2 gloo ranks: verl's global batch info (all-reduced
-    token count, dp_size) through agg_loss gives the same gradient."""
+    token count, dp_size) through agg_loss gives the same gradient, in each aggregation mode of ``DP_AGG_MODES``."""
     model_dir = tiny_model_dir(tempfile.mkdtemp(), vocab=VOCAB)
-    grads1, _ = _run_dp(1, model_dir, loss_agg_mode)
-    grads2, _ = _run_dp(2, model_dir, loss_agg_mode)
-    assert grads1.keys() == grads2.keys() and grads1
-    for key in grads1:
-        assert_grad_close(torch.from_numpy(grads2[key]), torch.from_numpy(grads1[key]), rel=1e-5, name=key)
+    one, two = _run_dp(1, model_dir), _run_dp(2, model_dir)
+    assert one.keys() == two.keys() == set(DP_AGG_MODES)
+    for loss_agg_mode in DP_AGG_MODES:
+        grads1, grads2 = one[loss_agg_mode], two[loss_agg_mode]
+        assert grads1.keys() == grads2.keys() and grads1
+        for key in grads1:
+            name = f"{loss_agg_mode}: {key}"
+            assert_grad_close(torch.from_numpy(grads2[key]), torch.from_numpy(grads1[key]), rel=1e-5, name=name)
