@@ -11,7 +11,8 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Tests of troll_verl.integration.trainer: refusals (each message checked), pass flags, worker classes, config path."""
+"""Tests of troll_verl.integration.trainer: refusals (each message checked), the shared preparation, worker classes,
+config path."""
 
 from types import SimpleNamespace
 

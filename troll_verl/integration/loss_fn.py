@@ -26,8 +26,9 @@ distillation):
 (b) as the *final loss*, ``loss_fn(model_output=..., data=micro_batch, dp_group=...)`` → ``(loss, metrics)``.
 
 TROLL's actor training worker (:class:`troll_verl.integration.workers.TrollActorTrainingWorker`) installs
-:class:`TrollLossFn` and tags each of its calls with ``troll_mode``; the closure runs the same hooks the seam would
-(:func:`~troll_verl.core.losses.troll_old_pass_fn`, :func:`~troll_verl.core.losses.troll_logits_fn`)::
+:class:`TrollLossFn` and tags each of its calls with ``troll_mode``; the closure runs the old pass's hook
+(:func:`~troll_verl.core.losses.troll_old_pass_fn`) and the update's, the one the seam registers
+(:func:`~troll_verl.core.losses.troll_logits_fn`)::
 
     old-log-prob pass (troll_mode="old", forward only)
       logits ─(a)→ troll_old_pass_fn, per row ─→ response rows ─(b)→ the worker's OldTopKCache (old_cache.py)

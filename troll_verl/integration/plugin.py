@@ -69,8 +69,8 @@ trainer that builds verl's actor worker.
 its update hook (:func:`troll_verl.core.losses.troll_logits_fn` on the old top-K that verl's old-log-prob pass
 stores with ``actor.calculate_old_topk``, :func:`troll_verl.core.losses.troll_old_fields`), and verl's engines,
 workers, trainers and ``ppo_loss`` run TROLL unchanged. On verl 0.9 as released it is
-:func:`troll_policy_loss_stock`, and TROLL's worker and trainer route the passes through verl's distillation logits
-hook instead (:mod:`troll_verl.integration.loss_fn`).
+:func:`troll_policy_loss_stock`, and TROLL's actor training worker routes the passes through verl's distillation
+logits hook instead (:mod:`troll_verl.integration.loss_fn`).
 """
 
 from __future__ import annotations

@@ -16,10 +16,11 @@
 B: a policy loss registered with a ``core_algos.PolicyLossSpec`` gets the update's logits in its hook, switched on
 by the trainer (``core_algos.POLICY_LOSS_LOGITS``). C: ``actor.calculate_old_topk = K`` makes the old-log-prob pass
 store the old policy's top-K under fixed keys (``core_algos.OLD_TOPK_KEYS``), which the trainers carry to the update.
-Where the seam exists, troll-verl registers TROLL that way (:mod:`troll_verl.integration.plugin`) and its worker and
-trainer leave the passes to verl; on verl 0.9 as released they route them through verl's distillation logits hook
-(:mod:`troll_verl.integration.loss_fn`). The seam is present only when every field and hook TROLL uses is: a verl
-with B but not C (or an earlier shape of either) takes the stock route.
+Where the seam exists, troll-verl registers TROLL that way (:mod:`troll_verl.integration.plugin`) and its actor
+training worker leaves the passes to verl (in bypass mode it puts the rollout's top-K on the update batch); on verl
+0.9 as released it routes them through verl's distillation logits hook (:mod:`troll_verl.integration.loss_fn`).
+The seam is present only when every field and hook TROLL uses is: a verl with B but not C (or an earlier shape of
+either) takes the stock route.
 
 The route is decided once per process (:func:`route`) and read as a value where it matters: the plugin's
 registration, the worker's loss function, the trainer's bypass warning and the run's validation and preparation.

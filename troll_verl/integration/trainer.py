@@ -33,7 +33,7 @@ every code path of that verl trainer (and its ``trainer.v1.<mode>.*`` settings) 
 - validates the TROLL settings before the workers start and refuses configurations TROLL cannot run, naming the
   setting to change, and selects TROLL's settings class where verl's stock policy-loss config is named;
 - swaps verl's critic and ``separate_async`` worker classes for TROLL's (the CPU platform's process group, π_old's
-  copy: :mod:`troll_verl.integration.workers`);
+  copy: :mod:`troll_verl.integration.ray_workers`);
 - in bypass mode, sets the vLLM rollout up to return its top-K (which TROLL's actor training worker turns into the
   old fields) and keeps it across the asynchronous trainers' resumed requests (:mod:`troll_verl.bypass`).
 

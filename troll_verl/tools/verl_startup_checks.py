@@ -188,7 +188,7 @@ def check_trainer_mode(config: DictConfig, use_reward_model: bool, troll: bool) 
     if troll:
         warnings.append(
             "trainer mode separate_async with TROLL has not run end to end (verl's checkpoint engines for a "
-            "standalone rollout need NCCL-class backends); the pass flags around its pi_old weight swap are "
-            "unit-tested. Check troll/* metrics on the first steps."
+            "standalone rollout need NCCL-class backends); its old pass on the restored pi_old weights is "
+            "unit-tested on verl's worker group. Check troll/* metrics on the first steps."
         )
     return warnings
