@@ -25,8 +25,9 @@ for every request (:func:`sampling_seed`), derived from the rollout seed (``acto
 training step, the prompt (its dataset ``index``) and which of the prompt's ``n`` answers it is (verl's
 ``session_id``). vLLM then samples each request from its own generator, whatever else is in the batch. Select it
 with ``actor_rollout_ref.rollout.agent.default_agent_loop=seeded_single_turn_agent`` (verl's v1 trainer: its agent
-loop passes ``global_steps``, ``index`` and ``session_id`` to every request; anything else is refused with the
-reason).
+loop passes ``global_steps``, ``index`` and ``session_id`` to every request; verl's legacy trainer through ``python -m
+troll_verl.main``, whose task runner adds the step and answer numbers: ``troll_verl.integration.legacy.SeededRequests``;
+a request without them is refused with the reason).
 """
 
 from __future__ import annotations
