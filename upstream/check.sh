@@ -268,7 +268,7 @@ SEAM_TESTS=(tests/integration/test_engine_terms_on_cpu.py tests/integration/test
             tests/core/test_fsdp_losses_on_cpu.py tests/integration/test_plugin_on_cpu.py tests/integration/test_trainer_on_cpu.py
             tests/integration/test_seam_on_cpu.py)
 if want seam && [ "$APPLIED" -gt "$SEAM_AT" ]; then
-    stage "troll-verl's engine tests on the tree with PRs A-C (the plugin registers TROLL through the seam)"
+    stage "troll-verl's tests marked route on the tree with PRs A-C (the plugin registers TROLL through the seam)"
     seam_log="$WORK/seam-tests.log"
     # only verl from the tree: its tests/ package would shadow the repository's own (spawned ranks import them)
     mkdir -p "$WORK/seam-path"
