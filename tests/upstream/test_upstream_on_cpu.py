@@ -316,11 +316,10 @@ def test_kit_shell_scripts_pass_shellcheck():
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
-def _seam_tests() -> list[str]:
+def _seam_tests(check_sh: str) -> list[str]:
     """The test files check.sh's seam stage runs (its ``SEAM_TESTS`` array)."""
-    text = (ROOT / "upstream/check.sh").read_text()
-    start = text.index("SEAM_TESTS=(") + len("SEAM_TESTS=(")
-    return text[start : text.index(")", start)].split()
+    start = check_sh.index("SEAM_TESTS=(") + len("SEAM_TESTS=(")
+    return check_sh[start : check_sh.index(")", start)].split()
 
 
 # a test marked `route`, a module that runs only on a verl with the seam (skipped on verl 0.9.1)
@@ -334,16 +333,35 @@ def _test_files(pattern: re.Pattern) -> list[str]:
     )
 
 
+def _unmarked_route_tests(path: Path) -> list[str]:
+    """The tests of ``path`` that ask which route runs (``seam_available``, ``seam.route``) without the ``route``
+    marker, their module's or their own: the seam stage would deselect them."""
+    text = path.read_text()
+    if re.search(r"^pytestmark = .*\bpytest\.mark\.route\b", text, re.MULTILINE):
+        return []
+    return [
+        node.name
+        for node in ast.parse(text).body
+        if isinstance(node, ast.FunctionDef)
+        and node.name.startswith("test_")
+        and re.search(r"\bseam_available\(|\bseam\.route\b", ast.get_source_segment(text, node))
+        and "pytest.mark.route" not in [ast.unparse(d) for d in node.decorator_list]
+    ]
+
+
 def test_the_seam_stage_runs_every_route_test():
     """check.sh's seam stage runs ``-m route`` over its files: every file holding a test marked ``route`` is among
     them (else that test would never run on the seam route), each of them holds one, and so does every module that
-    runs only where verl has the seam."""
-    listed = _seam_tests()
+    runs only where verl has the seam; within them, every test that asks which route runs is marked."""
+    check_sh = (ROOT / "upstream/check.sh").read_text()
+    listed = _seam_tests(check_sh)
     assert len(listed) == len(set(listed)) and all((ROOT / f).is_file() for f in listed), listed
-    assert '-m route "${SEAM_TESTS[@]}"' in (ROOT / "upstream/check.sh").read_text()
+    assert '-m route "${SEAM_TESTS[@]}"' in check_sh
     assert _test_files(ROUTE_MARK) == sorted(listed)
     seam_only = _test_files(SEAM_ONLY)
     assert seam_only and set(seam_only) <= set(listed), seam_only
+    unmarked = {f: _unmarked_route_tests(ROOT / f) for f in listed}
+    assert not any(unmarked.values()), unmarked
 
 
 # ------------------------------------------------------------------------------------------------------------
