@@ -15,8 +15,9 @@
 
 import os
 
-# scripts/test.sh's deadline: no test starts after it, so pytest's summary prints before CI's limit
-pytest_plugins = ["troll_verl.testing.deadline"]
+# scripts/test.sh's deadline: no test starts after it, so pytest's summary prints before CI's limit; with -n 2, how the
+# two workers share the suite (a test folder is a unit of work, the end-to-end folder first)
+pytest_plugins = ["troll_verl.testing.deadline", "troll_verl.testing.schedule"]
 
 # verl resolves its platform once per process; troll-verl registers the CPU platform when verl is imported with
 # this set (see troll_verl/platform/cpu.py). Every test process, Ray workers included, inherits it.

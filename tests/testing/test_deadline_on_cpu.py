@@ -48,11 +48,11 @@ _SUITE = """
 """
 
 
-def _pytest(tmp_path, **env_vars: str) -> subprocess.CompletedProcess:
+def _pytest(tmp_path, *args: str, **env_vars: str) -> subprocess.CompletedProcess:
     (tmp_path / "test_suite.py").write_text(textwrap.dedent(_SUITE))
     env = {k: v for k, v in os.environ.items() if k != DEADLINE_ENV} | env_vars
     cmd = [sys.executable, "-m", "pytest", "-p", "troll_verl.testing.deadline", "-p", "no:cacheprovider", "-s",
-           "--durations=3", "-c", os.devnull, "--rootdir", str(tmp_path), str(tmp_path)]  # fmt: skip
+           "--durations=3", *args, "-c", os.devnull, "--rootdir", str(tmp_path), str(tmp_path)]  # fmt: skip
     return subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120)
 
 
@@ -61,6 +61,17 @@ def test_past_the_deadline_no_test_starts_and_the_summary_prints(tmp_path):
     assert out.returncode == 2, out.stdout[-2000:]  # interrupted
     assert "2 passed" in out.stdout and f"{DEADLINE_ENV} passed" in out.stdout and "1 test(s) not run" in out.stdout
     assert "slowest 3 durations" in out.stdout and "TORN DOWN" in out.stdout
+
+
+@pytest.mark.slow
+def test_past_the_deadline_on_two_workers_no_test_starts_and_the_summary_prints(tmp_path):
+    """scripts/test.sh runs pytest -n 2: a worker past the deadline stops as above and the summary still prints (the
+    module runs in one worker, troll_verl.testing.schedule; a worker's own output is not shown)."""
+    env = {DEADLINE_ENV: str(time.time() + 3600), "PASS_THE_DEADLINE": "1"}
+    out = _pytest(tmp_path, "-n", "2", "-p", "troll_verl.testing.schedule", **env)
+    assert out.returncode == 2, out.stdout[-2000:]  # interrupted
+    assert "2 passed" in out.stdout and f"{DEADLINE_ENV} passed" in out.stdout, out.stdout[-2000:]
+    assert "slowest 3 durations" in out.stdout
 
 
 def test_before_the_deadline_or_without_one_every_test_runs(tmp_path):

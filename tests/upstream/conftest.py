@@ -13,7 +13,9 @@
 # limitations under the License.
 """``bash upstream/check.sh`` (5-7 minutes) starts in the background when collection ends, if its test is selected:
 it reads the repository and writes only under ``upstream/.work``, so it runs beside the rest of the suite, and its test
-takes the result at the end. ``TROLL_TEST_UPSTREAM_EARLY=0`` starts it in its test instead."""
+takes the result at the end. ``TROLL_TEST_UPSTREAM_EARLY=0`` starts it in its test instead, as does a pytest-xdist
+worker (``pytest -n 2``: every worker collects the whole suite, and this folder runs in one of them while the other
+runs the rest, :mod:`troll_verl.testing.schedule`)."""
 
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ from pathlib import Path
 import pytest
 
 from troll_verl.testing.runs import BackgroundCommand
+from troll_verl.testing.schedule import in_worker
 
 ROOT = Path(__file__).resolve().parents[2]
 CHECK_TEST = "test_upstream_check_passes"
@@ -37,7 +40,7 @@ def start_check() -> BackgroundCommand:
 
 
 def pytest_collection_finish(session):
-    if session.config.option.collectonly or os.environ.get(EARLY_ENV, "1") == "0":
+    if session.config.option.collectonly or os.environ.get(EARLY_ENV, "1") == "0" or in_worker():
         return
     if any(item.name == CHECK_TEST for item in session.items):
         session.stash[_CHECK] = start_check()

@@ -1,0 +1,64 @@
+# Copyright 2026 The troll-verl authors
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""A pytest plugin: how ``pytest -n 2`` (pytest-xdist, ``scripts/test.sh``) shares the suite between two workers.
+
+One test folder is one unit of work: a folder's tests run in one worker, one after another, so what a folder's modules
+and conftest set up once (the end-to-end launches and the real model's build, the kernels' child run) is set up once,
+and the real model's launches (about 13 GB each) never run side by side. The end-to-end folder starts first (it is the
+longest: its launches keep about 1.7 of the 2 cores busy for about 20 minutes), the upstream check's folder second (a
+5-7 minute command), and the other folders, largest first, fill the other worker meanwhile: about 1.1 cores run them one
+at a time. Without ``-n`` (or with ``-p no:xdist``) nothing here is used.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+# the folders (relative to pytest's rootdir) that start before every other, in this order
+FIRST = ("tests/e2e", "tests/upstream")
+# set in each pytest-xdist worker process (its id, gw0, gw1, ...)
+WORKER_ENV = "PYTEST_XDIST_WORKER"
+
+
+def in_worker() -> bool:
+    """Whether this process is a pytest-xdist worker (then a folder's tests share it with no other folder's at once)."""
+    return bool(os.environ.get(WORKER_ENV))
+
+
+def folder_of(nodeid: str) -> str:
+    """The unit of work of a test: its file's folder (``tests/e2e/test_x.py::test_y[a]`` -> ``tests/e2e``)."""
+    path = nodeid.split("::", 1)[0]
+    return path.rsplit("/", 1)[0] if "/" in path else "."
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    from xdist.scheduler import LoadScopeScheduling  # only where pytest-xdist runs the suite
+
+    class FolderScheduling(LoadScopeScheduling):
+        """pytest-xdist's scope scheduling with a folder as the scope and :data:`FIRST` handed out first (the rest
+        by xdist's own order: the folders with the most tests first)."""
+
+        def _split_scope(self, nodeid: str) -> str:
+            return folder_of(nodeid)
+
+        def _assign_work_unit(self, node) -> None:
+            for folder in reversed(FIRST):
+                if folder in self.workqueue:
+                    self.workqueue.move_to_end(folder, last=False)
+            super()._assign_work_unit(node)
+
+    return FolderScheduling(config, log)
