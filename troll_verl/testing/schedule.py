@@ -46,6 +46,7 @@ def folder_of(nodeid: str) -> str:
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
+    """pytest-xdist's hook: the scheduler of a ``-n`` run (called in the controlling process)."""
     from xdist.scheduler import LoadScopeScheduling  # only where pytest-xdist runs the suite
 
     class FolderScheduling(LoadScopeScheduling):
