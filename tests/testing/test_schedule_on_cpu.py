@@ -25,7 +25,7 @@ import textwrap
 
 import pytest
 
-from troll_verl.testing.schedule import FIRST, folder_of
+from troll_verl.testing.schedule import FIRST, WORKER_ENV, folder_of
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -60,7 +60,7 @@ def _run(tmp_path: pathlib.Path, *plugin: str) -> list[tuple[str, str, float, fl
     """The suite on two workers: (folder, worker, start, end) of each test."""
     suite, record = _suite(tmp_path), tmp_path / "record.jsonl"
     env = {**os.environ, "RECORD": str(record)}
-    env.pop("PYTEST_XDIST_WORKER", None)
+    env.pop(WORKER_ENV, None)
     cmd = [sys.executable, "-m", "pytest", "-n", "2", *plugin, "-p", "no:cacheprovider", "-q",
            "-c", os.devnull, "--rootdir", str(suite), "tests"]  # fmt: skip
     out = subprocess.run(cmd, capture_output=True, text=True, cwd=suite, env=env, timeout=300)
