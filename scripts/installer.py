@@ -90,7 +90,10 @@ def command(python: str, args: Sequence[str]) -> tuple[list[str], dict[str, str]
     if uv is None:
         return [python, "-m", "pip", "install", "--disable-pip-version-check", "-q", *args], {}
     listing = subprocess.run([python, "-m", "pip", "config", "list"], capture_output=True, text=True)
-    return [uv, "pip", "install", "--python", python, "-q", *args], uv_environment(pip_settings(listing.stdout))
+    # --compile-bytecode: as pip does, so that no process compiles the sources at import (where the environment sets
+    # PYTHONDONTWRITEBYTECODE, as this project's CI machines do, every process would, at every import)
+    cmd = [uv, "pip", "install", "--python", python, "--compile-bytecode", "-q", *args]
+    return cmd, uv_environment(pip_settings(listing.stdout))
 
 
 def install(python: str, args: Sequence[str], noise: Sequence[str] = NOISE) -> tuple[int, str]:

@@ -93,7 +93,16 @@ def test_an_environment_with_uv_installs_through_it_with_pips_settings(env_dir, 
     python = str(bin_dir / "python")
     rc, _ = installer.install(python, ["-e", ".[test]"])
     call = json.loads(record.read_text())
-    assert rc == 0 and call["argv"] == ["pip", "install", "--python", python, "-q", "-e", ".[test]"]
+    assert rc == 0 and call["argv"] == [
+        "pip",
+        "install",
+        "--python",
+        python,
+        "--compile-bytecode",
+        "-q",
+        "-e",
+        ".[test]",
+    ]
     assert call["env"]["UV_FIND_LINKS"] == str(tmp_path / "wheels") and call["env"]["UV_NO_INDEX"] == "1"
     assert call["env"]["UV_INDEX_STRATEGY"] == "unsafe-best-match"
 
