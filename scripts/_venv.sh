@@ -26,8 +26,8 @@ _pip() {
     fi
 }
 
-# uv into .venv, within the pins: it installs the rest about ten times faster than pip (scripts/installer.py). Where it
-# cannot be installed, the installs run through pip.
+# uv into .venv, within the pins: it installs the rest faster than pip (a fresh .venv in 55 s against 165 s;
+# scripts/installer.py). Where it cannot be installed, the installs run through pip.
 ensure_uv() {
     [ -x "$VENV_DIR/bin/uv" ] && return 0
     if ! PIP_CONSTRAINT="$PINS" "$VENV_PY" -m pip install --disable-pip-version-check -q uv 2>/dev/null; then
