@@ -84,45 +84,51 @@ def _build_into(out: str, spec: TinySpec, log: Callable[[str], None]) -> dict:
 
     tokenizer = build_tokenizer()
     config = tiny_qwen2_config(len(tokenizer), eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+    # One thread: the model's ops are too small to share between threads, and on a busy machine (the suite's other
+    # pytest worker, a training run) every op of a two-thread build waits for a descheduled thread: beside a training
+    # run on 2 cores the warm-up took 137 s on two threads and 6 s on one, to the same bits.
     threads = torch.get_num_threads()
-    model = build_model(config, spec.model_seed)
-    log(f"[troll-verl tiny] warming up a {sum(p.numel() for p in model.parameters()) / 1e6:.2f} M-parameter Qwen2 "
-        f"on {len(train_pairs)} addition problems ({spec.warmup_steps} steps)")  # fmt: skip
-    stats = warm_up(
-        model, tokenizer, train_pairs, steps=spec.warmup_steps, batch_size=spec.warmup_batch_size,
-        lr=spec.warmup_lr, seed=spec.model_seed, log=log,
-    )  # fmt: skip
-    torch.set_num_threads(threads)
+    torch.set_num_threads(1)
+    try:
+        model = build_model(config, spec.model_seed)
+        log(f"[troll-verl tiny] warming up a {sum(p.numel() for p in model.parameters()) / 1e6:.2f} M-parameter Qwen2 "
+            f"on {len(train_pairs)} addition problems ({spec.warmup_steps} steps)")  # fmt: skip
+        stats = warm_up(
+            model, tokenizer, train_pairs, steps=spec.warmup_steps, batch_size=spec.warmup_batch_size,
+            lr=spec.warmup_lr, seed=spec.model_seed, log=log,
+        )  # fmt: skip
 
-    def accuracy(pairs, temperature: float) -> float:
-        prompts = [ids[:prompt_len] for ids, prompt_len in (encode_example(tokenizer, a, b) for a, b in pairs)]
-        outs = generate(model, prompts, pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
-                        max_new_tokens=8, temperature=temperature, seed=spec.model_seed)  # fmt: skip
-        scores = [
-            compute_score(DATA_SOURCE, tokenizer.decode(o), str(a + b))["score"]
-            for o, (a, b) in zip(outs, pairs, strict=True)
-        ]
-        return sum(scores) / len(scores)
+        def accuracy(pairs, temperature: float) -> float:
+            prompts = [ids[:prompt_len] for ids, prompt_len in (encode_example(tokenizer, a, b) for a, b in pairs)]
+            outs = generate(model, prompts, pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
+                            max_new_tokens=8, temperature=temperature, seed=spec.model_seed)  # fmt: skip
+            scores = [
+                compute_score(DATA_SOURCE, tokenizer.decode(o), str(a + b))["score"]
+                for o, (a, b) in zip(outs, pairs, strict=True)
+            ]
+            return sum(scores) / len(scores)
 
-    model_dir = os.path.join(out, "model")
-    model.save_pretrained(model_dir)
-    tokenizer.save_pretrained(model_dir)
-    GenerationConfig(eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id).save_pretrained(
-        model_dir
-    )
-    info = {
-        "spec": asdict(spec),
-        "key": spec.key(),
-        "num_train": len(train_pairs),
-        "num_val": len(val_pairs),
-        "parameters": sum(p.numel() for p in model.parameters()),
-        "warmup": stats,
-        "warmup_accuracy": {
-            "train_greedy": accuracy(train_pairs, 0.0),
-            "val_greedy": accuracy(val_pairs, 0.0),
-            "train_sampled_t1": accuracy(train_pairs, 1.0),
-        },
-        "build_seconds": time.perf_counter() - start,
-    }
+        model_dir = os.path.join(out, "model")
+        model.save_pretrained(model_dir)
+        tokenizer.save_pretrained(model_dir)
+        GenerationConfig(eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id).save_pretrained(
+            model_dir
+        )
+        info = {
+            "spec": asdict(spec),
+            "key": spec.key(),
+            "num_train": len(train_pairs),
+            "num_val": len(val_pairs),
+            "parameters": sum(p.numel() for p in model.parameters()),
+            "warmup": stats,
+            "warmup_accuracy": {
+                "train_greedy": accuracy(train_pairs, 0.0),
+                "val_greedy": accuracy(val_pairs, 0.0),
+                "train_sampled_t1": accuracy(train_pairs, 1.0),
+            },
+            "build_seconds": time.perf_counter() - start,
+        }
+    finally:
+        torch.set_num_threads(threads)
     log(f"[troll-verl tiny] warm-up done in {stats['seconds']:.1f} s: accuracy {info['warmup_accuracy']}")
     return info
