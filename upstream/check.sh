@@ -61,9 +61,10 @@ PATCHES=(upstream/patches/*.patch)
 declare -a RESULTS=()
 TREE_DESC="$VERL_VERSION"
 FAILED=0
-stage() { echo; echo "== [upstream] $*"; }
-record() {  # record NAME STATUS DETAIL
-    RESULTS+=("$(printf '%-22s %-5s %s' "$1" "$2" "$3")")
+STAGE_START=$SECONDS
+stage() { STAGE_START=$SECONDS; echo; echo "== [upstream] $*"; }
+record() {  # record NAME STATUS DETAIL; the line ends with the seconds since its stage began
+    RESULTS+=("$(printf '%-22s %-5s %s (%d s)' "$1" "$2" "$3" "$((SECONDS - STAGE_START))")")
     [ "$2" = "PASS" ] || FAILED=1
 }
 summary() {

@@ -399,6 +399,16 @@ def test_golden_compare_is_exact_and_names_what_differs(tmp_path, capsys):
     assert "differs: ppo_loss/vanilla" in out and "differs: trainer/puts" in out and "engine/gpg" not in out
 
 
+def test_the_summary_gives_each_stage_its_seconds(tmp_path):
+    """A stage that fails stops the check, and the summary still prints, each line ending with its stage's seconds
+    (here the environment stage, without a .venv to copy)."""
+    env = {**os.environ, "VENV_DIR": str(tmp_path / "no-venv"), "UPSTREAM_WORK": str(tmp_path / "work")}
+    out = subprocess.run(["bash", str(ROOT / "upstream/check.sh")], capture_output=True, text=True, env=env, timeout=60)
+    assert out.returncode == 1
+    assert re.search(r"^environment\s+FAIL\s+no \S*no-venv \(\d+ s\)$", out.stdout, re.M), out.stdout
+    assert "RESULT: FAIL" in out.stdout and (tmp_path / "work" / "summary.txt").exists()
+
+
 # ------------------------------------------------------------------------------------------------------------
 # the one command
 # ------------------------------------------------------------------------------------------------------------
