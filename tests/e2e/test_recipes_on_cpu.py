@@ -23,8 +23,12 @@ module-scoped fixtures returning finished runs:
   each of GSM8K, DAPO-Math, Eurus-2 math and Eurus-2 code per batch (verl takes a list of train files; the recipe's
   reward dispatches on ``data_source``), the code scored in the local bubblewrap sandbox
   (``TROLL_CODE_SANDBOX=require``), and a validation pass at the end over the four validation sets (AIME-2024 for
-  DAPO-Math);
-- ``ppo``: ``VARIANT=ppo`` on GSM8K: GAE with a critic initialised from the policy.
+  DAPO-Math). It runs in bypass mode (the old distribution from vLLM's top-64) on verl's legacy trainer
+  (``trainer.use_v1=false``: the top-K reaches TROLL's training worker as the agent loop's columns; the v1 trainers'
+  bypass step runs in tests/e2e/test_tiny_runs_on_cpu.py) with two epochs, so the later updates leave the ball. The
+  mismatch between the rollout and the actor is measured on each step's first micro-batch, before any update, where
+  fp32 leaves rounding only;
+- ``ppo``: ``VARIANT=ppo`` on GSM8K, on the v1 trainer: GAE with a critic initialised from the policy.
 
 Both run at a tight bound with a larger learning rate than the paper's, so that the second mini-batch of a step leaves
 the trust region and gets projected. Mini-batches whose groups all scored alike have zero GRPO advantages, and
@@ -268,6 +272,9 @@ def datasets(data, one_each, cache, tmp_path_factory) -> Run:
         "trainer.val_before_train=False",
         "trainer.test_freq=2",
         "actor_rollout_ref.actor.entropy_coeff=1e-3",
+        "actor_rollout_ref.actor.ppo_epochs=2",
+        "algorithm.rollout_correction.bypass_mode=true",
+        "trainer.use_v1=false",
     )
 
 
@@ -340,7 +347,24 @@ def test_gspo_on_four_datasets_projects_and_keeps_the_bound(datasets, cache):
     assert cfg.actor_rollout_ref.actor.policy_loss.ratio_level == "sequence"
     assert cfg.actor_rollout_ref.actor.loss_agg_mode == "seq-mean-token-mean"
     assert len(cfg.data.train_files) == 4
+    assert cfg.actor_rollout_ref.actor.ppo_epochs == 2
     _assert_troll_projected_and_kept_the_bound(datasets)
+
+
+def test_bypass_mode_on_the_legacy_trainer_projects_around_the_rollout_policy(datasets):
+    """On the legacy trainer: no old-log-prob pass (verl writes ``actor/entropy`` right after it, and it is absent),
+    and TROLL's worker neither recomputed nor reused one: the old distribution is vLLM's top-64, from the agent loop's
+    columns; before each step's first update the actor and the rollout differ by fp32 numerics alone, so the mismatch
+    stays far below the bound and projects nothing."""
+    rows = datasets.check().rows
+    assert "TROLL bypass mode: no old-log-prob pass" in datasets.log
+    assert "TROLL TaskRunner (legacy trainer)" in datasets.log
+    for r in rows:
+        assert "actor/entropy" not in r
+        assert r["actor/troll/old_from_rollout"] == 1.0 and r["actor/troll/old_pass_recompute_s"] == 0.0
+        assert abs(r["actor/troll/mismatch_kl"]) < 1e-5, r["actor/troll/mismatch_kl"]  # measured: 2e-8 to 5e-8
+        assert r["actor/troll/mismatch_projected_frac"] == 0.0
+        assert 0.0 < r["actor/troll/rollout_tail_mass"] < 1.0
 
 
 def test_every_datasets_reward_scored_its_responses(datasets, data):
@@ -373,7 +397,7 @@ def test_ppo_with_a_critic_trains_with_troll(ppo, cache, data):
     ppo.check()
     _assert_cpu_mode_and_paper_config(ppo, cache)
     cfg = ppo.config
-    assert cfg.algorithm.adv_estimator == "gae" and cfg.critic.strategy == "fsdp2"
+    assert cfg.algorithm.adv_estimator == "gae" and cfg.critic.strategy == "fsdp2" and cfg.trainer.use_v1
     assert cfg.critic.model.path == cfg.actor_rollout_ref.model.path
     assert cfg.actor_rollout_ref.actor.policy_loss.ratio_level == "token"
     _assert_troll_projected_and_kept_the_bound(ppo)

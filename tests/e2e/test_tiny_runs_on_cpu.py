@@ -381,7 +381,7 @@ def test_troll_in_bypass_mode_takes_the_old_distribution_from_vllm(async_resumed
     old-log-prob pass never runs. verl writes ``actor/entropy`` right after that pass, and it is absent; TROLL's actor
     worker turns the rollout's top-K (carried across the asynchronous client's resumed chunks) into the old
     distribution with no pass of its own, reports its tail mass, and keeps the bound on every token. Bypass mode where
-    the mismatch is rounding only runs on the real model (tests/e2e/test_real_model_on_cpu.py)."""
+    the mismatch is rounding only runs on the real model (tests/e2e/test_recipes_on_cpu.py)."""
     run = async_resumed.check()
     assert "TROLL bypass mode: no old-log-prob pass" in run.log
     assert run.steps == [3, 4]
