@@ -14,7 +14,8 @@ ensure_venv
 "$VENV_PY" scripts/machine_check.py
 export TROLL_VERL_WHEELHOUSE="${TROLL_VERL_WHEELHOUSE:-$HOME/.cache/troll_verl/wheels}"
 "$VENV_PY" scripts/prefetch.py
-# two pytest-xdist workers: the end-to-end launches in one, the other folders in the other (troll_verl/testing/schedule.py);
+# two pytest-xdist workers: the end-to-end launches in one, the other folders in the other, each on its share of the
+# cores (OMP_NUM_THREADS; troll_verl/testing/schedule.py);
 # TROLL_TEST_WORKERS=0 runs everything in one process
 WORKERS="${TROLL_TEST_WORKERS:-2}"
 echo "[test.sh] running pytest (${WORKERS} workers)"

@@ -12,7 +12,8 @@
 # See the License for the specific language governing permissions and
 # limitations under the License.
 """troll_verl.testing.schedule: with ``pytest -n 2`` a test folder runs in one worker, the end-to-end folder first and
-the upstream folder second, beside it; scripts/test.sh runs the suite that way."""
+the upstream folder second, beside it, and each worker's processes on its share of the cores; scripts/test.sh runs
+the suite that way."""
 
 from __future__ import annotations
 
@@ -25,19 +26,22 @@ import textwrap
 
 import pytest
 
-from troll_verl.testing.schedule import FIRST, WORKER_ENV, folder_of
+from troll_verl.testing.schedule import FIRST, THREADS_ENV, WORKER_ENV, folder_of, threads_per_worker
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
-# each test writes which worker ran it and when it started and ended; the end-to-end tests take longest
+# each test writes which worker ran it, when it started and ended, and the thread count a subprocess of it inherits;
+# the end-to-end tests take longest
 _TEST = """
-    import json, os, time
+    import json, os, subprocess, sys, time
 
     def _record(name, seconds):
         start = time.time()
         time.sleep(seconds)
+        threads = subprocess.run([sys.executable, "-c", "import os; print(os.environ.get('OMP_NUM_THREADS'))"],
+                                 capture_output=True, text=True).stdout.strip()
         with open(os.environ["RECORD"], "a") as f:
-            f.write(json.dumps([name, os.environ.get("PYTEST_XDIST_WORKER"), start, time.time()]) + "\\n")
+            f.write(json.dumps([name, os.environ.get("PYTEST_XDIST_WORKER"), start, time.time(), threads]) + "\\n")
 
 """
 _FOLDERS = {"aaa": 6, "e2e": 3, "kernels": 2, "upstream": 2}  # folder: its tests ("aaa" sorts and counts first)
@@ -56,11 +60,15 @@ def _suite(tmp_path: pathlib.Path) -> pathlib.Path:
     return tmp_path
 
 
-def _run(tmp_path: pathlib.Path, *plugin: str) -> list[tuple[str, str, float, float]]:
-    """The suite on two workers: (folder, worker, start, end) of each test."""
+def _run(tmp_path: pathlib.Path, *plugin: str, threads: str | None = None) -> list[tuple[str, str, float, float, str]]:
+    """The suite on two workers (``threads``: the caller's OMP_NUM_THREADS, else none): (folder, worker, start, end,
+    a subprocess's OMP_NUM_THREADS) of each test."""
     suite, record = _suite(tmp_path), tmp_path / "record.jsonl"
     env = {**os.environ, "RECORD": str(record)}
     env.pop(WORKER_ENV, None)
+    env.pop(THREADS_ENV, None)
+    if threads is not None:
+        env[THREADS_ENV] = threads
     cmd = [sys.executable, "-m", "pytest", "-n", "2", *plugin, "-p", "no:cacheprovider", "-q",
            "-c", os.devnull, "--rootdir", str(suite), "tests"]  # fmt: skip
     out = subprocess.run(cmd, capture_output=True, text=True, cwd=suite, env=env, timeout=300)
@@ -72,17 +80,19 @@ def _run(tmp_path: pathlib.Path, *plugin: str) -> list[tuple[str, str, float, fl
 def test_a_folder_is_one_unit_the_end_to_end_folder_first_the_upstream_one_beside_it(tmp_path):
     runs = _run(tmp_path, "-p", "troll_verl.testing.schedule")
     assert len(runs) == sum(_FOLDERS.values())
-    workers = {folder: {w for f, w, _, _ in runs if f == folder} for folder in _FOLDERS}
+    workers = {folder: {w for f, w, *_ in runs if f == folder} for folder in _FOLDERS}
     assert all(len(w) == 1 for w in workers.values()), workers  # each folder in one worker
+    # every test's subprocesses compute on the worker's share of the cores
+    assert {r[4] for r in runs} == {str(threads_per_worker(2, len(os.sched_getaffinity(0))))}, runs
     first = {}
-    for folder, worker, _, _ in sorted(runs, key=lambda r: r[2]):
+    for folder, worker, *_ in sorted(runs, key=lambda r: r[2]):
         first.setdefault(worker, folder)
     assert sorted(first.values()) == sorted(_FIRST), first  # each worker started with one of them
     (e2e_worker,) = workers["e2e"]
-    e2e_start = min(s for f, _, s, _ in runs if f == "e2e")
-    e2e_end = max(e for f, _, _, e in runs if f == "e2e")
+    e2e_start = min(r[2] for r in runs if r[0] == "e2e")
+    e2e_end = max(r[3] for r in runs if r[0] == "e2e")
     # the other folders ran in the other worker while the end-to-end folder ran
-    beside = {f for f, w, s, _ in runs if w != e2e_worker and e2e_start < s < e2e_end}
+    beside = {f for f, w, s, *_ in runs if w != e2e_worker and e2e_start < s < e2e_end}
     assert {"upstream", "aaa"} <= beside, runs
 
 
@@ -91,8 +101,20 @@ def test_without_the_plugin_a_folder_is_split(tmp_path):
     """The same suite under pytest-xdist's own ``--dist load``: one folder's tests spread over both workers (what the
     test above checks against)."""
     runs = _run(tmp_path)
-    workers = {folder: {w for f, w, _, _ in runs if f == folder} for folder in _FOLDERS}
+    workers = {folder: {w for f, w, *_ in runs if f == folder} for folder in _FOLDERS}
     assert any(len(w) == 2 for w in workers.values()), workers
+    assert {r[4] for r in runs} == {"None"}  # and the thread count is left alone
+
+
+@pytest.mark.slow
+def test_a_thread_count_the_caller_set_is_kept(tmp_path):
+    runs = _run(tmp_path, "-p", "troll_verl.testing.schedule", threads="3")
+    assert {r[4] for r in runs} == {"3"}
+
+
+@pytest.mark.parametrize("workers, cores, threads", [(2, 2, 1), (2, 16, 8), (3, 2, 1), (0, 4, 4), (1, 1, 1)])
+def test_each_worker_gets_its_share_of_the_cores(workers, cores, threads):
+    assert threads_per_worker(workers, cores) == threads
 
 
 @pytest.mark.parametrize(
