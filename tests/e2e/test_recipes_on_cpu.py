@@ -362,7 +362,7 @@ def test_bypass_mode_on_the_legacy_trainer_projects_around_the_rollout_policy(da
     for r in rows:
         assert "actor/entropy" not in r
         assert r["actor/troll/old_from_rollout"] == 1.0 and r["actor/troll/old_pass_recompute_s"] == 0.0
-        assert abs(r["actor/troll/mismatch_kl"]) < 1e-5, r["actor/troll/mismatch_kl"]  # measured: 2e-8 to 5e-8
+        assert abs(r["actor/troll/mismatch_kl"]) < 1e-5, r["actor/troll/mismatch_kl"]  # measured: 2e-7 to 4e-7
         assert r["actor/troll/mismatch_projected_frac"] == 0.0
         assert 0.0 < r["actor/troll/rollout_tail_mass"] < 1.0
 
