@@ -258,6 +258,7 @@ if want golden; then
             record "bit for bit" FAIL "see above"
         fi
     else
+        STAGE_START=$SECONDS
         record "bit for bit" FAIL "PRs A-C did not all apply"
     fi
 fi
@@ -290,6 +291,7 @@ from verl.trainer.ppo import core_algos; assert seam_available() and core_algos.
         record "seam route" FAIL "see above"
     fi
 elif want seam; then
+    STAGE_START=$SECONDS
     record "seam route" FAIL "PRs A-C did not all apply"
 fi
 [ "$APPLIED" = "${#PATCHES[@]}" ] || FAILED=1

@@ -25,13 +25,18 @@ def test_the_build_computes_on_one_thread_and_gives_the_count_back(tmp_path, mon
     """The warm-up runs on one thread whatever the process has (two threads on a busy machine wait for each other at
     every op of a 0.1 M-parameter model), and the process gets its thread count back."""
     seen = []
-    warm_up = tiny_model.warm_up
 
-    def recording(*args, **kwargs):
-        seen.append(torch.get_num_threads())
-        return warm_up(*args, **kwargs)
+    def recording(name):
+        function = getattr(tiny_model, name)
 
-    monkeypatch.setattr(tiny_model, "warm_up", recording)
+        def recorded(*args, **kwargs):
+            seen.append((name, torch.get_num_threads()))
+            return function(*args, **kwargs)
+
+        monkeypatch.setattr(tiny_model, name, recorded)
+
+    recording("warm_up")
+    recording("generate")  # the accuracy checks after the warm-up
     before = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
@@ -39,5 +44,5 @@ def test_the_build_computes_on_one_thread_and_gives_the_count_back(tmp_path, mon
         assert torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(before)
-    assert seen == [1]
+    assert seen == [("warm_up", 1)] + [("generate", 1)] * 3
     assert assets.model_dir.startswith(str(tmp_path))

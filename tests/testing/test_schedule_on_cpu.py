@@ -26,6 +26,7 @@ import textwrap
 
 import pytest
 
+from troll_verl.testing import schedule
 from troll_verl.testing.schedule import FIRST, THREADS_ENV, WORKER_ENV, folder_of, threads_per_worker
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -134,3 +135,27 @@ def test_the_suite_runs_on_two_workers_with_this_plugin(request):
     script = (ROOT / "scripts" / "test.sh").read_text()
     assert 'WORKERS="${TROLL_TEST_WORKERS:-2}"' in script and '-n "$WORKERS"' in script
     assert request.config.pluginmanager.has_plugin("troll_verl.testing.schedule")
+
+
+def test_in_a_worker_the_hook_sets_the_share_and_resizes_torchs_pool(monkeypatch):
+    """torch imported before the hook (a plugin or conftest did) gets its pool resized to the share."""
+    import torch
+
+    monkeypatch.setenv(WORKER_ENV, "gw0")
+    monkeypatch.setenv(schedule.WORKER_COUNT_ENV, "2")
+    monkeypatch.delenv(THREADS_ENV, raising=False)
+    share = threads_per_worker(2, len(os.sched_getaffinity(0)))
+    before = torch.get_num_threads()
+    torch.set_num_threads(share + 1)
+    try:
+        schedule.pytest_configure(None)
+        assert os.environ[THREADS_ENV] == str(share) and torch.get_num_threads() == share
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_outside_a_worker_the_hook_does_nothing(monkeypatch):
+    monkeypatch.delenv(WORKER_ENV, raising=False)
+    monkeypatch.delenv(THREADS_ENV, raising=False)
+    schedule.pytest_configure(None)
+    assert THREADS_ENV not in os.environ

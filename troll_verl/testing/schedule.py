@@ -55,7 +55,8 @@ def pytest_configure(config):
     the cores, unless the caller set it."""
     if not in_worker() or THREADS_ENV in os.environ:
         return
-    threads = threads_per_worker(int(os.environ.get(WORKER_COUNT_ENV, "1")), len(os.sched_getaffinity(0)))
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    threads = threads_per_worker(int(os.environ.get(WORKER_COUNT_ENV, "1")), cores)
     os.environ[THREADS_ENV] = str(threads)
     if "torch" in sys.modules:  # imported already (a plugin or conftest): its pool is sized, resize it
         sys.modules["torch"].set_num_threads(threads)

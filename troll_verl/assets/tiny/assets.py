@@ -86,7 +86,8 @@ def _build_into(out: str, spec: TinySpec, log: Callable[[str], None]) -> dict:
     config = tiny_qwen2_config(len(tokenizer), eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
     # One thread: the model's ops are too small to share between threads, and on a busy machine (the suite's other
     # pytest worker, a training run) every op of a two-thread build waits for a descheduled thread: beside a training
-    # run on 2 cores the warm-up took 137 s on two threads and 6 s on one, to the same bits.
+    # run on 2 cores the warm-up took 137 s on two threads and 6 s on one, to the same bits in that one measurement
+    # (docs/benchmarks.md, "Threads").
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
