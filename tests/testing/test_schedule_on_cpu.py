@@ -27,7 +27,7 @@ import textwrap
 import pytest
 
 from troll_verl.testing import schedule
-from troll_verl.testing.schedule import FIRST, THREADS_ENV, WORKER_ENV, folder_of, threads_per_worker
+from troll_verl.testing.schedule import FIRST, THREADS_ENV, WORKER_ENV, folder_of, machine_cores, threads_per_worker
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -84,7 +84,7 @@ def test_a_folder_is_one_unit_the_end_to_end_folder_first_the_upstream_one_besid
     workers = {folder: {w for f, w, *_ in runs if f == folder} for folder in _FOLDERS}
     assert all(len(w) == 1 for w in workers.values()), workers  # each folder in one worker
     # every test's subprocesses compute on the worker's share of the cores
-    assert {r[4] for r in runs} == {str(threads_per_worker(2, len(os.sched_getaffinity(0))))}, runs
+    assert {r[4] for r in runs} == {str(threads_per_worker(2, machine_cores()))}, runs
     first = {}
     for folder, worker, *_ in sorted(runs, key=lambda r: r[2]):
         first.setdefault(worker, folder)
@@ -144,7 +144,7 @@ def test_in_a_worker_the_hook_sets_the_share_and_resizes_torchs_pool(monkeypatch
     monkeypatch.setenv(WORKER_ENV, "gw0")
     monkeypatch.setenv(schedule.WORKER_COUNT_ENV, "2")
     monkeypatch.delenv(THREADS_ENV, raising=False)
-    share = threads_per_worker(2, len(os.sched_getaffinity(0)))
+    share = threads_per_worker(2, machine_cores())
     before = torch.get_num_threads()
     torch.set_num_threads(share + 1)
     try:

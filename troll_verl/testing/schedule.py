@@ -44,6 +44,11 @@ THREADS_ENV = "OMP_NUM_THREADS"
 WORKER_COUNT_ENV = "PYTEST_XDIST_WORKER_COUNT"
 
 
+def machine_cores() -> int:
+    """The cores this process may run on (its CPU affinity where the platform says it, else the machine's count)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 def threads_per_worker(workers: int, cores: int) -> int:
     """The torch threads of each process of a worker: its share of the machine's cores, at least one."""
     return max(1, cores // max(1, workers))
@@ -55,8 +60,7 @@ def pytest_configure(config):
     the cores, unless the caller set it."""
     if not in_worker() or THREADS_ENV in os.environ:
         return
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    threads = threads_per_worker(int(os.environ.get(WORKER_COUNT_ENV, "1")), cores)
+    threads = threads_per_worker(int(os.environ.get(WORKER_COUNT_ENV, "1")), machine_cores())
     os.environ[THREADS_ENV] = str(threads)
     if "torch" in sys.modules:  # imported already (a plugin or conftest): its pool is sized, resize it
         sys.modules["torch"].set_num_threads(threads)
