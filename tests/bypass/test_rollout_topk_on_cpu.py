@@ -86,6 +86,37 @@ def test_topk_caps_the_engine_width_and_bad_shapes_are_refused():
         old_topk_from_rollout(ids, lps, topk=0)
 
 
+def test_a_rounding_swap_at_rank_k_projects_its_token_under_the_floor_only():
+    """The engine and the actor compute the same policy, but rounding orders two near-equal tokens at ranks K and
+    K + 1 differently. The token only the actor ranks inside its top-K is not in the rollout's stored top-K: the
+    paper's floor (TROLL §5) makes its old probability 1e-12, so ``π̃_a log(π̃_a / floor)`` (hundredths at a T = 1 tail)
+    projects that token at a tight bound, from rounding alone. ``old_estimate=upper`` (at most the stored K-th
+    probability) leaves it at rounding. Rows without a swap stay at rounding either way."""
+    from troll_verl import ablations  # noqa: F401  (registers old_estimate=upper)
+    from troll_verl.core.projection import project
+    from troll_verl.core.sparse import troll_sparse_from_logits
+
+    V, K, bound = 4000, 64, 0.002
+    actor = torch.randn(6, V, generator=torch.Generator().manual_seed(0), dtype=torch.float64) * 2.5
+    order = actor[0].argsort(descending=True)
+    kth, next_one = order[K - 1], order[K]
+    actor[0, next_one] = actor[0, kth] - 1e-5  # a near tie at ranks K and K + 1 (fp32 still tells them apart)
+    engine = actor.clone()
+    engine[0, next_one] += 2e-5  # the engine's rounding puts the other one inside
+    ids, lps = _engine_topk(engine, K)
+    old = old_topk_from_rollout(ids, lps, topk=K, mass_delta=1e-5, value_dtype=torch.float64)
+    assert bool((old.ids >= 0).all()), "the tail is long: K binds, not the mass rule"
+    sampled = order.new_zeros(6) + order[0]  # row 0's most likely token, inside both top-Ks
+    sampled_old = torch.log_softmax(engine, -1).gather(1, sampled[:, None]).squeeze(1)
+    kl = {}
+    for estimate in ("floor", "upper"):
+        sup = troll_sparse_from_logits(actor, sampled, old, sampled_old, topk=K, old_estimate=estimate)
+        kl[estimate] = project(sup.new_logprobs, sup.old_logprobs, bound, mask=sup.mask).kl_before
+    assert 0.01 < float(kl["floor"][0]) < 0.1, kl  # the swapped row: about p_K log(p_K / 1e-12)
+    assert float(kl["upper"][0]) < 1e-6, kl
+    assert float(kl["floor"][1:].abs().max()) < 1e-6 and float(kl["upper"][1:].abs().max()) < 1e-6, kl
+
+
 # ---------------------------------------------------------------------------------------------------------------------
 # parsing vLLM's sample log-probs (its two containers, filled by hand here; the real engine in test_bypass_on_cpu.py)
 

@@ -355,15 +355,21 @@ def test_bypass_mode_on_the_legacy_trainer_projects_around_the_rollout_policy(da
     """On the legacy trainer: no old-log-prob pass (verl writes ``actor/entropy`` right after it, and it is absent),
     and TROLL's worker neither recomputed nor reused one: the old distribution is vLLM's top-64, from the agent loop's
     columns; before each step's first update the actor and the rollout differ by fp32 numerics alone, so the mismatch
-    stays far below the bound and projects nothing."""
+    stays far below the bound.
+
+    Rounding is not always invisible: where it swaps the tokens at the rollout's and the actor's rank K, the one only
+    the actor ranks inside gets the paper's floor as its old value (TROLL §5) and hundredths of KL, which projects it
+    (tests/bypass/test_rollout_topk_on_cpu.py). Measured on the first micro-batch (about 510 tokens): 2e-7 to 4e-7
+    with no swap, 7.0e-5 with one token projected (CI, stop 62, step 2). The thresholds allow several swaps; a bf16
+    rollout gives 0.014-0.023 (docs/bypass.md), and a rollout left at step 1's weights the whole of step 1's move."""
     rows = datasets.check().rows
     assert "TROLL bypass mode: no old-log-prob pass" in datasets.log
     assert "TROLL TaskRunner (legacy trainer)" in datasets.log
     for r in rows:
         assert "actor/entropy" not in r
         assert r["actor/troll/old_from_rollout"] == 1.0 and r["actor/troll/old_pass_recompute_s"] == 0.0
-        assert abs(r["actor/troll/mismatch_kl"]) < 1e-5, r["actor/troll/mismatch_kl"]  # measured: 2e-7 to 4e-7
-        assert r["actor/troll/mismatch_projected_frac"] == 0.0
+        assert abs(r["actor/troll/mismatch_kl"]) < TIGHT / 4, r["actor/troll/mismatch_kl"]
+        assert r["actor/troll/mismatch_projected_frac"] < 0.02, r["actor/troll/mismatch_projected_frac"]
         assert 0.0 < r["actor/troll/rollout_tail_mass"] < 1.0
 
 
