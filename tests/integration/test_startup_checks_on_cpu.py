@@ -295,3 +295,46 @@ def test_each_worker_refuses_an_attention_it_cannot_load(monkeypatch, gpu_machin
     startup.check_training_worker_start(critic)
     critic.engine_config.strategy, critic.model_type = "fsdp2", "language_model"
     startup.check_training_worker_start(critic)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# route_troll_logs: TROLL's warnings in a worker whose root logger vLLM's server import set to ERROR
+
+_ROUTE_SCRIPT = """
+import logging, sys
+from model_hosting_container_standards.logging_config import configure_root_logger
+from troll_verl.integration.startup import route_troll_logs
+logging.basicConfig(level=logging.WARNING)  # as importing verl does
+if sys.argv[1] == "routed":
+    route_troll_logs()
+    route_troll_logs()
+warn = logging.getLogger("troll_verl.integration.loss_fn").warning
+warn("before the import")
+configure_root_logger()  # what importing vLLM's OpenAI server (verl's vLLM server) does to the root logger
+warn("after the import")
+"""
+
+
+@pytest.mark.parametrize("routed", [True, False])
+def test_troll_warnings_survive_vllms_root_logger_change(routed):
+    """Each warning is printed once with the route, also after vLLM's server import set the root logger to ERROR;
+    without it (verl's worker before), the later one is lost."""
+    env = {k: v for k, v in os.environ.items() if k not in ("SAGEMAKER_CONTAINER_LOG_LEVEL", "LOG_LEVEL")}
+    proc = subprocess.run(
+        [sys.executable, "-c", _ROUTE_SCRIPT, "routed" if routed else "plain"],
+        capture_output=True, text=True, timeout=120, env=env,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.count("before the import") == 1, proc.stderr
+    assert proc.stderr.count("after the import") == (1 if routed else 0), proc.stderr
+
+
+def test_routed_troll_warnings_still_reach_the_root_handlers(caplog, capsys):
+    """Where a root handler emits them (pytest's here, Hydra's in the driver), the route prints nothing of its own."""
+    import logging
+
+    startup.route_troll_logs()
+    with caplog.at_level("WARNING"):
+        logging.getLogger("troll_verl.integration.loss_fn").warning("seen by the root")
+    assert [r.getMessage() for r in caplog.records] == ["seen by the root"]
+    assert "seen by the root" not in capsys.readouterr().err

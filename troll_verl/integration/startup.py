@@ -15,7 +15,7 @@
 (:func:`check_plugin_active`, :func:`check_attention`, :func:`check_worker_start`,
 :func:`check_training_worker_start`). Each refuses, naming the node and the fix, what would otherwise fail later and
 further from its cause: a process where verl would not load troll-verl's plugin, and an attention implementation
-whose package cannot be imported.
+whose package cannot be imported. :func:`route_troll_logs` keeps TROLL's warnings visible in a worker process.
 """
 
 from __future__ import annotations
@@ -40,9 +40,13 @@ __all__ = [
     "check_attention",
     "check_worker_start",
     "check_training_worker_start",
+    "route_troll_logs",
 ]
 
 logger = logging.getLogger(__name__)
+
+# the format of verl's own log lines (verl.utils.logging_utils)
+_LOG_FORMAT = "%(levelname)s:%(asctime)s:%(name)s: %(message)s"
 
 # troll-verl's entry point in verl's plugin group (pyproject.toml) and the module it names
 PLUGIN_GROUP = "verl.plugins"
@@ -320,3 +324,31 @@ def check_training_worker_start(config) -> None:
     )  # fmt: skip
     if refusal is not None:
         raise ValueError(refusal)
+
+
+class _DroppedByRoot(logging.Filter):
+    """Passes a record only where no handler of the root logger would emit it (see :func:`route_troll_logs`)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not any(record.levelno >= handler.level for handler in logging.getLogger().handlers)
+
+
+def route_troll_logs() -> None:
+    """Make sure the ``troll_verl`` loggers' warnings reach stderr in a worker process, whatever the root logger says.
+
+    NOTE: verl's worker processes import verl's vLLM server, which imports vLLM's OpenAI server, which imports
+    ``model_hosting_container_standards``: that package sets the root logger and every root handler to ERROR (unless
+    ``SAGEMAKER_CONTAINER_LOG_LEVEL`` or ``LOG_LEVEL`` is set), so TROLL's warnings there (``troll/mismatch_kl``
+    above ``kl_bound``, a missed old top-K) were dropped. The ``troll_verl`` logger gets its level (WARNING, where
+    unset) and a stderr handler that emits only the records no root handler would; they still propagate, so nothing
+    is printed twice and a root handler (pytest's, Hydra's) still sees them. Calling it again changes nothing.
+    """
+    package = logging.getLogger("troll_verl")
+    if package.level == logging.NOTSET:
+        package.setLevel(logging.WARNING)
+    if any(isinstance(kept, _DroppedByRoot) for existing in package.handlers for kept in existing.filters):
+        return
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter(_LOG_FORMAT))
+    handler.addFilter(_DroppedByRoot())
+    package.addHandler(handler)

@@ -68,7 +68,7 @@ from .checks import uses_troll
 from .config import troll_settings
 from .loss_fn import TROLL_MODE_KEY, TrollLossFn
 from .old_cache import OldTopKCache
-from .startup import check_training_worker_start
+from .startup import check_training_worker_start, route_troll_logs
 
 __all__ = [
     "TrollActorTrainingWorker",
@@ -90,9 +90,11 @@ _FROM_ROLLOUT = dict(zip(OLD_PASS_METRICS, (0.0, 0.0, 1.0), strict=True))
 
 
 class TrollTrainingWorker(TrainingWorker):
-    """verl's ``TrainingWorker`` (critic, reference); on the CPU platform it creates a gloo group first."""
+    """verl's ``TrainingWorker`` (critic, reference); on the CPU platform it creates a gloo group first. TROLL's
+    warnings in its process reach stderr whatever the root logger's level (:func:`~.startup.route_troll_logs`)."""
 
     def __init__(self, config):
+        route_troll_logs()
         check_training_worker_start(config)
         init_cpu_process_group()
         super().__init__(config)
