@@ -124,15 +124,18 @@ def look(diffs: list[float]) -> dict:
 
 def sequential_power(effect: float, sd: float, draws: int = 40_000, seed: int = 0) -> float:
     """Probability that the two-look design crosses a bound (either sign) when the paired differences are normal with
-    mean ``effect`` and SD ``sd`` (Monte Carlo with a fixed generator, as the plan's power was computed)."""
+    mean ``effect`` and SD ``sd`` (Monte Carlo with a fixed generator, as the plan's power was computed).
+
+    Each look's t is computed in float arithmetic (``math.fsum``), not ``statistics``' exact fractions (ten times
+    slower): the same draws, and the same hits at the report's four settings (checked against the exact version)."""
     rng, hits = random.Random(seed), 0
-    first, last = LOOKS
     for _ in range(draws):
-        sample = [rng.gauss(effect, sd) for _ in range(last)]
+        sample = [rng.gauss(effect, sd) for _ in range(LOOKS[-1])]
         for n in LOOKS:
             part = sample[:n]
-            t = statistics.mean(part) / (statistics.stdev(part) / math.sqrt(n))
-            if abs(t) >= T_BOUNDS[n]:
+            mean = math.fsum(part) / n
+            sample_sd = math.sqrt(math.fsum((x - mean) ** 2 for x in part) / (n - 1))
+            if abs(mean / (sample_sd / math.sqrt(n))) >= T_BOUNDS[n]:
                 hits += 1
                 break
     return hits / draws

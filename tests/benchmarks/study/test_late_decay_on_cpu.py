@@ -61,6 +61,28 @@ def test_the_design_has_the_plans_power_and_size():
     assert ld.sequential_power(0.0, 0.2, draws=2000) == pytest.approx(0.05, abs=0.015)
 
 
+def test_the_power_simulation_hits_as_statistics_exact_arithmetic_does():
+    """The simulation computes each t in floats; with statistics' exact mean and SD the same draws cross the same
+    bounds (the report's settings, and the null)."""
+    import math
+    import random
+    import statistics
+
+    def exact(effect, sd, draws):
+        rng, hits = random.Random(0), 0
+        for _ in range(draws):
+            sample = [rng.gauss(effect, sd) for _ in range(ld.LOOKS[-1])]
+            for n in ld.LOOKS:
+                part = sample[:n]
+                if abs(statistics.mean(part) / (statistics.stdev(part) / math.sqrt(n))) >= ld.T_BOUNDS[n]:
+                    hits += 1
+                    break
+        return hits / draws
+
+    for effect, sd in ((0.10, 0.2), (0.15, 0.2), (0.10, 0.231), (0.0, 0.2)):
+        assert ld.sequential_power(effect, sd, draws=3000) == exact(effect, sd, 3000), (effect, sd)
+
+
 def test_the_reading_rules():
     ahead = ld.look([0.3, 0.2, 0.25, 0.35, 0.3, 0.28, 0.22, 0.31, 0.27, 0.33, 0.26, 0.29])
     assert ld.reading(ahead, final=True).startswith("clip decayed late where TROLL held: +0.280")
