@@ -45,7 +45,7 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-# the format of verl's own log lines (verl.utils.logging_utils)
+# verl's log-line format (verl.utils.logging_utils) with the logger's name added
 _LOG_FORMAT = "%(levelname)s:%(asctime)s:%(name)s: %(message)s"
 
 # troll-verl's entry point in verl's plugin group (pyproject.toml) and the module it names
