@@ -278,6 +278,8 @@ if ((cpu)); then
         actor_rollout_ref.ref.strategy=fsdp2
         actor_rollout_ref.actor.use_torch_compile=False
         actor_rollout_ref.ref.use_torch_compile=False
+        actor_rollout_ref.actor.fsdp_config.use_torch_compile=False
+        actor_rollout_ref.ref.fsdp_config.use_torch_compile=False
         +actor_rollout_ref.model.override_config.attn_implementation=sdpa
         "+actor_rollout_ref.actor.fsdp_config.mixed_precision={param_dtype:fp32,reduce_dtype:fp32,buffer_dtype:fp32}"
         actor_rollout_ref.actor.fsdp_config.model_dtype=fp32

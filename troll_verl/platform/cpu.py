@@ -21,7 +21,7 @@ It is **opt-in**: nothing here is active unless ``VERL_PLATFORM=cpu`` is set (ve
 platform never reports itself available during verl's auto-detection, so registering it cannot change what
 a GPU (or NPU) machine runs. With the switch set, :func:`troll_verl.integration.plugin.register` also registers verl's
 FSDP engines for device ``cpu``. Conditions for exact CPU runs: ``strategy=fsdp2``, ``attn_implementation=sdpa``,
-fp32 mixed precision, ``use_torch_compile=False``.
+fp32 mixed precision, ``use_torch_compile=False`` (the actor's and its FSDP engine's).
 """
 
 from __future__ import annotations
@@ -42,6 +42,9 @@ CPU_ENGINE_OVERRIDES = (
     "actor_rollout_ref.ref.strategy=fsdp2",
     "actor_rollout_ref.actor.use_torch_compile=False",
     "actor_rollout_ref.ref.use_torch_compile=False",
+    # verl's FSDP engine compiles its entropy with inductor by its own key (a C++ build per process on CPU)
+    "actor_rollout_ref.actor.fsdp_config.use_torch_compile=False",
+    "actor_rollout_ref.ref.fsdp_config.use_torch_compile=False",
     "+actor_rollout_ref.model.override_config.attn_implementation=sdpa",
     "+actor_rollout_ref.actor.fsdp_config.mixed_precision={param_dtype:fp32,reduce_dtype:fp32,buffer_dtype:fp32}",
     "actor_rollout_ref.actor.fsdp_config.model_dtype=fp32",
