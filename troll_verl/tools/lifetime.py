@@ -73,21 +73,24 @@ def tagged_processes(tag: str) -> list:
     """
     import psutil
 
-    found: dict[int, object] = {}
     me = os.getpid()
-    for proc in psutil.process_iter():
+    found: dict[int, object] = {}
+    children: dict[int, list] = {}  # one snapshot of the parent links, for every descendant at once
+    for proc in psutil.process_iter(["ppid", "status"]):
+        if proc.pid == me or proc.info["status"] in (psutil.STATUS_ZOMBIE, None):
+            continue
+        children.setdefault(proc.info["ppid"], []).append(proc)
         try:
-            if proc.pid != me and _carries(proc, tag) and proc.status() != psutil.STATUS_ZOMBIE:
+            if _carries(proc, tag):
                 found[proc.pid] = proc
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, OSError):
             continue
-    for proc in list(found.values()):
-        try:
-            for child in proc.children(recursive=True):
-                if child.pid != me and child.status() != psutil.STATUS_ZOMBIE:
-                    found.setdefault(child.pid, child)
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-            continue
+    pending = list(found)
+    while pending:
+        for child in children.get(pending.pop(), ()):
+            if child.pid not in found:
+                found[child.pid] = child
+                pending.append(child.pid)
     return list(found.values())
 
 
