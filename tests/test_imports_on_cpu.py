@@ -122,7 +122,8 @@ def test_backends_are_leaves():
 # independence of a fresh interpreter at a fraction of the start-up cost of one interpreter per module.
 _FORK_IMPORTS = """
 import json, os, sys, traceback
-import numpy, omegaconf, ray, tensordict, torch  # third-party only (verl's slow start-up), paid once
+# third-party only (verl's slow start-up), paid once
+import datasets, numpy, omegaconf, ray, tensordict, torch, transformers, vllm
 failed = []
 for module in sys.argv[1:]:
     r, w = os.pipe()

@@ -250,11 +250,14 @@ if want golden; then
         git -C "$TREE" worktree prune
         git -C "$TREE" worktree add -q --detach "$BASE_TREE" "$BASE"
         # this checkout's troll_verl, not whichever the venv has installed (a second worktree's)
+        compared=""
         if PYTHONPATH="$BASE_TREE:$ROOT" "$MAIN_PY" upstream/golden.py run "$WORK/golden-released.pt" \
             && PYTHONPATH="$SEAM_TREE:$ROOT" "$MAIN_PY" upstream/golden.py run "$WORK/golden-seam.pt" \
-            && "$MAIN_PY" upstream/golden.py compare "$WORK/golden-released.pt" "$WORK/golden-seam.pt"; then
-            record "bit for bit" PASS "$("$MAIN_PY" upstream/golden.py compare "$WORK/golden-released.pt" "$WORK/golden-seam.pt" | tail -1 | sed 's/^\[golden\] //')"
+            && compared="$("$MAIN_PY" upstream/golden.py compare "$WORK/golden-released.pt" "$WORK/golden-seam.pt")"; then
+            echo "$compared"
+            record "bit for bit" PASS "$(echo "$compared" | tail -1 | sed 's/^\[golden\] //')"
         else
+            [ -z "$compared" ] || echo "$compared"
             record "bit for bit" FAIL "see above"
         fi
     else

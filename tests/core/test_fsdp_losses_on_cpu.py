@@ -25,7 +25,7 @@ import torch.multiprocessing as mp
 
 from troll_verl.core.layout import response_lengths, response_rows, response_values
 from troll_verl.testing.dist import FileFunction
-from troll_verl.testing.verl_engine import free_port, make_batch, tiny_model_dir
+from troll_verl.testing.verl_engine import free_port, init_single_process_group, make_batch, tiny_model_dir
 
 # TROLL's loss through verl's engine: upstream/check.sh runs these again on the seam route (pyproject's markers)
 pytestmark = pytest.mark.route
@@ -42,13 +42,11 @@ def test_response_rows_nested_and_padded_layouts():
     assert response_values(nested, torch.tensor([2, 1])).tolist() == [1.0, 2.0, 3.0]
 
 
-def _sp_worker(rank, world, port, model_dir, queue):
-    os.environ.update(
-        VERL_PLATFORM="cpu", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world)
-    )
+def _sp_result(world, model_dir):
+    """On each rank of the current gloo group (``world`` ranks, Ulysses SP = ``world``): the stored old top-K, the
+    loss, ``troll/kl_before`` and the non-attention gradients of one old pass and one update, on rank 0; None on
+    the others."""
     import torch.distributed as dist
-
-    dist.init_process_group("gloo", rank=rank, world_size=world)
     from verl.utils import tensordict_utils as tu
 
     from troll_verl.integration.seam import seam_available
@@ -84,16 +82,33 @@ def _sp_worker(rank, world, port, model_dir, queue):
     out = box[0]
     adv = torch.randn(4, 5, generator=torch.Generator().manual_seed(0))
     result = worker.update_actor(update_batch(batch, out, adv, 0.7, 4))
+    if dist.get_rank() != 0:
+        return None
+    stored = {k: out[k] for k in out.keys() if k.startswith("troll_")} | kept
+    stored = {k: v.values().float().numpy().copy() for k, v in stored.items()}
+    metrics = tu.get(result, "metrics")
+    return stored, metrics["loss"], metrics["troll/kl_before"], grads
+
+
+def _sp_worker(rank, world, port, model_dir, queue):
+    os.environ.update(
+        VERL_PLATFORM="cpu", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world)
+    )
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    result = _sp_result(world, model_dir)
     if rank == 0:
-        stored = {k: out[k] for k in out.keys() if k.startswith("troll_")} | kept
-        stored = {k: v.values().float().numpy().copy() for k, v in stored.items()}
-        metrics = tu.get(result, "metrics")
-        queue.put((stored, metrics["loss"], metrics["troll/kl_before"], grads))
+        queue.put(result)
     dist.barrier()
     dist.destroy_process_group()
 
 
 def _run_sp(world, model_dir):
+    """:func:`_sp_result` of rank 0: one rank in this process (its world-size-1 group), more as spawned processes."""
+    if world == 1:
+        init_single_process_group()
+        return _sp_result(1, model_dir)
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     port = free_port()

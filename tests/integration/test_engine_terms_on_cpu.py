@@ -41,6 +41,7 @@ from troll_verl.testing.dist import FileFunction
 from troll_verl.testing.verl_engine import (
     compose_config,
     free_port,
+    init_single_process_group,
     make_actor_worker,
     make_batch,
     old_pass,
@@ -283,23 +284,9 @@ def test_bf16_parameters_keep_the_bound_and_stay_finite(model_dir):
 DP_AGG_MODES = ("token-mean", "seq-mean-token-mean")
 
 
-def _dp_worker(rank, world, port, model_dir, queue):
-    os.environ.update(
-        VERL_PLATFORM="cpu", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world)
-    )
-    import torch.distributed as dist
-
-    dist.init_process_group("gloo", rank=rank, world_size=world)
-
-    from troll_verl.testing.verl_engine import (
-        compose_config,
-        make_actor_worker,
-        make_batch,
-        old_pass,
-        update_batch,
-        with_kept_old_fields,
-    )
-
+def _dp_grads(rank, world, model_dir) -> dict[str, dict]:
+    """Each aggregation mode's gradients (parameter name -> array) on this rank of the current gloo group of
+    ``world`` ranks, which holds its share of the global batch."""
     full = make_batch(VOCAB, PROMPTS, RESPONSES, seed=3)
     mine = list(range(rank, 4, world))  # verl's dispatch gives each DP rank its share of the global batch
     batch = _select(full, mine)
@@ -314,6 +301,17 @@ def _dp_worker(rank, world, port, model_dir, queue):
         old = _perturb_old(with_kept_old_fields(worker, batch, old_pass(worker, batch, TEMPERATURE)))
         worker.update_actor(update_batch(batch, old, adv, TEMPERATURE, mini_batch_size=4))
         grads_by_mode[loss_agg_mode] = {k: v.numpy() for k, v in grads.items()}
+    return grads_by_mode
+
+
+def _dp_worker(rank, world, port, model_dir, queue):
+    os.environ.update(
+        VERL_PLATFORM="cpu", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world)
+    )
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    grads_by_mode = _dp_grads(rank, world, model_dir)
     if rank == 0:
         queue.put(grads_by_mode)
     dist.barrier()
@@ -321,7 +319,11 @@ def _dp_worker(rank, world, port, model_dir, queue):
 
 
 def _run_dp(world, model_dir) -> dict[str, dict]:
-    """Each aggregation mode's gradients (parameter name -> array) on ``world`` gloo ranks, from rank 0."""
+    """Each aggregation mode's gradients (parameter name -> array) on ``world`` gloo ranks, from rank 0: one rank in
+    this process (its world-size-1 group), more as spawned processes."""
+    if world == 1:
+        init_single_process_group()
+        return _dp_grads(0, 1, model_dir)
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     port = free_port()
