@@ -20,8 +20,8 @@ One launch, a module-scoped fixture returning the finished run:
 - ``same_weights``: one mini-batch per step, so the update sees exactly the old pass's weights; its rollouts are
   dumped, and their rewards checked against the task's verifier.
 
-Bypass mode on verl's legacy trainer at a tight bound with two epochs runs on the real model in the recipe's GSPO
-launch (tests/e2e/test_recipes_on_cpu.py).
+Bypass mode on verl's legacy trainer at a tight bound runs on the real model in the recipe's GSPO launch
+(tests/e2e/test_recipes_on_cpu.py).
 """
 
 from __future__ import annotations

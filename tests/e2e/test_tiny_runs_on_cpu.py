@@ -26,7 +26,7 @@ about 1.5 times as long as one alone, so the module takes about three quarters o
 - ``async_``: verl's ``colocate_async`` trainer with TROLL (stale data), 4 steps, a checkpoint at step 2 while step 3's
   batch is in flight;
 - ``async_resumed``: resumes from it in bypass mode (the old distribution from vLLM's top-K), with Dr.GRPO's advantage
-  and aggregation;
+  and aggregation and two epochs (the rollout's top-K serves the old distribution in both);
 - ``legacy``: verl's legacy trainer (``trainer.use_v1=false``) through TROLL's task runner, ``sync``'s settings.
 
 Two more launches, ``sigkill`` and ``outer_timeout``, end the quickstart from outside once vLLM's engine runs (SIGKILL;
@@ -182,7 +182,7 @@ def _async(assets, run_dir: str) -> Run:
 
 def _async_resumed(assets, launches: Launches, run_dir: str) -> Run:
     """``async_`` resumed from its step-2 checkpoint in bypass mode, with Dr.GRPO's advantage and aggregation (the one
-    launch of each): what a checkpoint carries does not depend on how the old distribution is made."""
+    launch of each) and two epochs: what a checkpoint carries does not depend on how the old distribution is made."""
     saved = os.path.join(launches.result("async_").dir, "checkpoints", "global_step_2")
     return _train(
         assets,
@@ -190,6 +190,7 @@ def _async_resumed(assets, launches: Launches, run_dir: str) -> Run:
         BYPASS,
         *COLOCATE_ASYNC,
         *DRGRPO,
+        "actor_rollout_ref.actor.ppo_epochs=2",
         "trainer.resume_mode=resume_path",
         f"trainer.resume_from_path={saved}",
     )
@@ -380,9 +381,11 @@ def test_troll_in_bypass_mode_takes_the_old_distribution_from_vllm(async_resumed
     """bypass_mode=true (troll_verl.bypass): the old distribution is the vLLM rollout's top-K and the actor's
     old-log-prob pass never runs. verl writes ``actor/entropy`` right after that pass, and it is absent; TROLL's actor
     worker turns the rollout's top-K (carried across the asynchronous client's resumed chunks) into the old
-    distribution with no pass of its own, reports its tail mass, and keeps the bound on every token. Bypass mode where
-    the mismatch is rounding only runs on the real model (tests/e2e/test_recipes_on_cpu.py)."""
+    distribution with no pass of its own in either epoch, reports its tail mass, and keeps the bound on every token.
+    Bypass mode where the mismatch is rounding only runs on the real model (tests/e2e/test_recipes_on_cpu.py)."""
     run = async_resumed.check()
+    config = OmegaConf.load(os.path.join(run.dir, "hydra", ".hydra", "config.yaml"))
+    assert config.actor_rollout_ref.actor.ppo_epochs == 2
     assert "TROLL bypass mode: no old-log-prob pass" in run.log
     assert run.steps == [3, 4]
     for r in run.rows:
