@@ -13,19 +13,15 @@
 # limitations under the License.
 """Tests of troll_verl.core.fsdp.losses: response-row mapping and Ulysses sequence parallelism on verl's engine."""
 
-import os
-import queue as queue_module
 import tempfile
-import time
 
 import numpy as np
 import pytest
 import torch
-import torch.multiprocessing as mp
 
 from troll_verl.core.layout import response_lengths, response_rows, response_values
-from troll_verl.testing.dist import FileFunction
-from troll_verl.testing.verl_engine import free_port, init_single_process_group, make_batch, tiny_model_dir
+from troll_verl.testing.dist import FileFunction, run_distributed
+from troll_verl.testing.verl_engine import init_single_process_group, make_batch, tiny_model_dir
 
 # TROLL's loss through verl's engine: upstream/check.sh runs these again on the seam route (pyproject's markers)
 pytestmark = pytest.mark.route
@@ -42,7 +38,7 @@ def test_response_rows_nested_and_padded_layouts():
     assert response_values(nested, torch.tensor([2, 1])).tolist() == [1.0, 2.0, 3.0]
 
 
-def _sp_result(world, model_dir):
+def _sp_result(rank, world, model_dir):
     """On each rank of the current gloo group (``world`` ranks, Ulysses SP = ``world``): the stored old top-K, the
     loss, ``troll/kl_before`` and the non-attention gradients of one old pass and one update, on rank 0; None on
     the others."""
@@ -82,7 +78,7 @@ def _sp_result(world, model_dir):
     out = box[0]
     adv = torch.randn(4, 5, generator=torch.Generator().manual_seed(0))
     result = worker.update_actor(update_batch(batch, out, adv, 0.7, 4))
-    if dist.get_rank() != 0:
+    if rank != 0:
         return None
     stored = {k: out[k] for k in out.keys() if k.startswith("troll_")} | kept
     stored = {k: v.values().float().numpy().copy() for k, v in stored.items()}
@@ -90,47 +86,12 @@ def _sp_result(world, model_dir):
     return stored, metrics["loss"], metrics["troll/kl_before"], grads
 
 
-def _sp_worker(rank, world, port, model_dir, queue):
-    os.environ.update(
-        VERL_PLATFORM="cpu", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world)
-    )
-    import torch.distributed as dist
-
-    dist.init_process_group("gloo", rank=rank, world_size=world)
-    result = _sp_result(world, model_dir)
-    if rank == 0:
-        queue.put(result)
-    dist.barrier()
-    dist.destroy_process_group()
-
-
 def _run_sp(world, model_dir):
     """:func:`_sp_result` of rank 0: one rank in this process (its world-size-1 group), more as spawned processes."""
     if world == 1:
         init_single_process_group()
-        return _sp_result(1, model_dir)
-    ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
-    port = free_port()
-    worker = FileFunction(__file__, "_sp_worker")
-    procs = [ctx.Process(target=worker, args=(r, world, port, model_dir, queue)) for r in range(world)]
-    for p in procs:
-        p.start()
-    try:
-        deadline = time.monotonic() + 400
-        while time.monotonic() < deadline:
-            try:
-                return queue.get(timeout=2)
-            except queue_module.Empty:
-                failed = [p.exitcode for p in procs if p.exitcode not in (None, 0)]
-                if failed:  # a rank died: report it now rather than at the deadline
-                    raise RuntimeError(f"an SP rank exited with code {failed[0]} (its traceback is above)") from None
-        raise TimeoutError("the SP ranks did not report within 400 s")
-    finally:
-        for p in procs:
-            p.join(timeout=60)
-            if p.is_alive():
-                p.kill()
+        return _sp_result(0, 1, model_dir)
+    return run_distributed(FileFunction(__file__, "_sp_result"), world, model_dir, timeout=400)[0]
 
 
 @pytest.mark.slow

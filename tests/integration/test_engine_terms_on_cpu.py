@@ -23,13 +23,11 @@ bf16-parameter run (bound and finiteness).
 from __future__ import annotations
 
 import math
-import os
 import tempfile
 from types import SimpleNamespace
 
 import pytest
 import torch
-import torch.multiprocessing as mp
 from verl.trainer.ppo.core_algos import agg_loss, kl_penalty
 from verl.utils import tensordict_utils as tu
 
@@ -37,10 +35,9 @@ from troll_verl.config import TrollPolicyLossConfig
 from troll_verl.core.layout import response_rows
 from troll_verl.core.losses import troll_policy_objective, troll_token_terms
 from troll_verl.core.sparse import OldTopK, troll_sparse_from_logits
-from troll_verl.testing.dist import FileFunction
+from troll_verl.testing.dist import FileFunction, run_distributed
 from troll_verl.testing.verl_engine import (
     compose_config,
-    free_port,
     init_single_process_group,
     make_actor_worker,
     make_batch,
@@ -304,40 +301,13 @@ def _dp_grads(rank, world, model_dir) -> dict[str, dict]:
     return grads_by_mode
 
 
-def _dp_worker(rank, world, port, model_dir, queue):
-    os.environ.update(
-        VERL_PLATFORM="cpu", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world)
-    )
-    import torch.distributed as dist
-
-    dist.init_process_group("gloo", rank=rank, world_size=world)
-    grads_by_mode = _dp_grads(rank, world, model_dir)
-    if rank == 0:
-        queue.put(grads_by_mode)
-    dist.barrier()
-    dist.destroy_process_group()
-
-
 def _run_dp(world, model_dir) -> dict[str, dict]:
     """Each aggregation mode's gradients (parameter name -> array) on ``world`` gloo ranks, from rank 0: one rank in
     this process (its world-size-1 group), more as spawned processes."""
     if world == 1:
         init_single_process_group()
         return _dp_grads(0, 1, model_dir)
-    ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
-    port = free_port()
-    worker = FileFunction(__file__, "_dp_worker")
-    procs = [ctx.Process(target=worker, args=(r, world, port, model_dir, queue)) for r in range(world)]
-    for p in procs:
-        p.start()
-    try:
-        return queue.get(timeout=400)
-    finally:
-        for p in procs:
-            p.join(timeout=60)
-            if p.is_alive():
-                p.kill()
+    return run_distributed(FileFunction(__file__, "_dp_grads"), world, model_dir, timeout=400)[0]
 
 
 @pytest.mark.slow

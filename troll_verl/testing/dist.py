@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import queue as queue_module
 import socket
+import time
 import traceback
 
 import torch.multiprocessing as mp
@@ -67,23 +69,42 @@ def _entry(rank, world, port, fn, args, queue):
 
 
 def run_distributed(fn, world: int, *args, timeout: float = 300.0) -> list:
-    """``[fn(rank, world, *args) for each rank]``; ``fn`` must be picklable and return picklable (numpy) data."""
+    """``[fn(rank, world, *args) for each rank]``; ``fn`` must be picklable and return picklable (numpy) data.
+
+    Raises:
+        RuntimeError: a rank raised (its traceback), or died without reporting (as soon as it is seen).
+        TimeoutError: the ranks did not all report within ``timeout`` seconds.
+    """
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     port = _free_port()
     procs = [ctx.Process(target=_entry, args=(r, world, port, fn, args, queue)) for r in range(world)]
     for p in procs:
         p.start()
-    results = [None] * world
+    results, reported = [None] * world, set()
+    deadline = time.monotonic() + timeout
     try:
-        for _ in range(world):
-            rank, value, error = queue.get(timeout=timeout)
+        while len(reported) < world:
+            try:
+                rank, value, error = queue.get(timeout=2)
+            except queue_module.Empty:
+                missing = [r for r in range(world) if r not in reported]
+                dead = [(r, procs[r].exitcode) for r in missing if procs[r].exitcode not in (None, 0)]
+                if dead:
+                    raise RuntimeError(f"rank {dead[0][0]} exited with code {dead[0][1]} without reporting") from None
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"ranks {missing} did not report within {timeout} s") from None
+                continue
             if error is not None:
                 raise RuntimeError(f"rank {rank} failed:\n{error}")
             results[rank] = value
+            reported.add(rank)
     finally:
+        # every rank reported: each finishes its barrier and exits; otherwise the others wait for a peer that is gone
+        grace = 30 if len(reported) == world else 0
         for p in procs:
-            p.join(timeout=30)
+            p.join(timeout=grace)
             if p.is_alive():
                 p.kill()
+                p.join()
     return results
