@@ -129,6 +129,14 @@ def test_a_rule_that_stops_matching_stops_generation():
         make_patches.rewrite("troll_verl/core/terms.py", text)
 
 
+def test_the_committed_patches_are_what_the_sources_give(tmp_path, capsys):
+    """``python upstream/make_patches.py --check`` in the fast tier: a change to a file the patches carry, committed
+    without regenerating them, fails here in seconds rather than in the check at the suite's end (its own work folder,
+    beside that check's)."""
+    returncode = make_patches.main(["--check", "--work", str(tmp_path / "work")])
+    assert returncode == 0, capsys.readouterr().out[-3000:]
+
+
 def test_with_a_wheelhouse_the_sdist_is_never_downloaded(tmp_path, monkeypatch):
     """The suite exports TROLL_VERL_WHEELHOUSE (scripts/test.sh, after scripts/prefetch.py fetched the sdist there)."""
     monkeypatch.setenv("TROLL_VERL_WHEELHOUSE", str(tmp_path / "house"))
