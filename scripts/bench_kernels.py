@@ -48,6 +48,7 @@ import json
 import math
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -1028,6 +1029,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     os.environ["TROLL_KERNELS"] = "torch"  # "TROLL torch" is the torch path; the kernels are called directly
+    own_work = args.work is None
     args.work = args.work or tempfile.mkdtemp(prefix="troll-bench-kernels-")
     if args.stage:
         ctx = Context(args, args.stage)
@@ -1040,17 +1042,21 @@ def main(argv=None) -> int:
     open(os.path.join(args.out, "bench_kernels.log"), "w").close()
     deadline = time.perf_counter() + args.budget_s
     report = {"date": time.strftime("%Y-%m-%d %H:%M"), "smoke": args.smoke, "budget_s": args.budget_s}
-    for name in stages:
-        left = deadline - time.perf_counter()
-        limit = min(SMOKE_LIMIT_S if args.smoke else STAGE_LIMIT_S[name], left)
-        if limit < 10:
-            report[name] = {"status": "skipped (time budget)", "seconds": 0.0}
-        else:
-            report[name] = run_stage(name, args, limit)
-        with open(os.path.join(args.out, "bench_kernels.json"), "w") as f:
-            json.dump(report, f, indent=1, default=str)
-        with open(os.path.join(args.out, "bench_kernels.md"), "w") as f:
-            f.write(render_markdown(report))
+    try:
+        for name in stages:
+            left = deadline - time.perf_counter()
+            limit = min(SMOKE_LIMIT_S if args.smoke else STAGE_LIMIT_S[name], left)
+            if limit < 10:
+                report[name] = {"status": "skipped (time budget)", "seconds": 0.0}
+            else:
+                report[name] = run_stage(name, args, limit)
+            with open(os.path.join(args.out, "bench_kernels.json"), "w") as f:
+                json.dump(report, f, indent=1, default=str)
+            with open(os.path.join(args.out, "bench_kernels.md"), "w") as f:
+                f.write(render_markdown(report))
+    finally:
+        if own_work:  # the temporary folder made above: the stages' results are in the report now
+            shutil.rmtree(args.work, ignore_errors=True)
     log(render_markdown(report))
     log(short_table(report))
     return 0 if all(report[n]["status"] == "ok" for n in stages) else 1

@@ -37,6 +37,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -377,8 +378,12 @@ def main(argv=None) -> int:
     log_path = os.path.join(args.out, "gpu_check.log")
     open(log_path, "w").close()
     report = {"date": time.strftime("%Y-%m-%d %H:%M")}
-    for name in args.stages:
-        report[name] = run_stage(name, work, log_path)
+    try:
+        for name in args.stages:
+            report[name] = run_stage(name, work, log_path)
+    finally:
+        if args.work is None:  # the temporary folder made above: its files are in the report and the log now
+            shutil.rmtree(work, ignore_errors=True)
     with open(os.path.join(args.out, "gpu_check.json"), "w") as f:
         json.dump(report, f, indent=1, default=str)
     markdown = render_markdown(report)

@@ -283,6 +283,17 @@ def trainer_passes() -> dict:
 def real_engine() -> dict:
     """One fresh FSDP2 actor per built-in loss on CPU: compute_log_prob outputs, one update step, the parameters."""
     import torch.distributed as dist
+
+    if not dist.is_initialized():
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=os.environ.get("GOLDEN_PORT", "29533"), RANK="0",
+                          WORLD_SIZE="1", LOCAL_RANK="0")  # fmt: skip
+        dist.init_process_group("gloo", rank=0, world_size=1)
+    with tempfile.TemporaryDirectory(prefix="golden_model_") as model_dir:
+        return _real_engine_on(model_dir)
+
+
+def _real_engine_on(model_dir: str) -> dict:
+    """:func:`real_engine`'s runs, the tiny Qwen2 saved in ``model_dir``."""
     from hydra import compose, initialize_config_dir
     from transformers import Qwen2Config, Qwen2ForCausalLM
     from verl.utils import tensordict_utils as tu
@@ -291,11 +302,6 @@ def real_engine() -> dict:
 
     from troll_verl.platform.cpu import CPU_ENGINE_OVERRIDES
 
-    if not dist.is_initialized():
-        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=os.environ.get("GOLDEN_PORT", "29533"), RANK="0",
-                          WORLD_SIZE="1", LOCAL_RANK="0")  # fmt: skip
-        dist.init_process_group("gloo", rank=0, world_size=1)
-    model_dir = tempfile.mkdtemp(prefix="golden_model_")
     torch.manual_seed(0)
     cfg = Qwen2Config(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)  # fmt: skip

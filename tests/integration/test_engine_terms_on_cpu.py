@@ -23,7 +23,6 @@ bf16-parameter run (bound and finiteness).
 from __future__ import annotations
 
 import math
-import tempfile
 from types import SimpleNamespace
 
 import pytest
@@ -312,10 +311,10 @@ def _run_dp(world, model_dir) -> dict[str, dict]:
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-def test_two_data_parallel_ranks_equal_one():
+def test_two_data_parallel_ranks_equal_one(tmp_path):
     """The same 4 sequences as one rank's batch or split over 2 gloo ranks: verl's global batch info (all-reduced
     token count, dp_size) through agg_loss gives the same gradient, in each aggregation mode of ``DP_AGG_MODES``."""
-    model_dir = tiny_model_dir(tempfile.mkdtemp(), vocab=VOCAB)
+    model_dir = tiny_model_dir(str(tmp_path), vocab=VOCAB)
     one, two = _run_dp(1, model_dir), _run_dp(2, model_dir)
     assert one.keys() == two.keys() == set(DP_AGG_MODES)
     for loss_agg_mode in DP_AGG_MODES:

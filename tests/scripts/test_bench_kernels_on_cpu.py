@@ -15,11 +15,13 @@
 the tests, on the CPU under Triton's interpreter, tiny sizes) with verl and the other packages a bare GPU machine lacks
 made unimportable, the report it leaves, the wrapper's refusal on a machine without CUDA."""
 
+import glob
 import json
 import math
 import os
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
@@ -41,6 +43,7 @@ def smoke_run(tmp_path_factory):
     env = {**os.environ, "PYTHONPATH": f"{stubs}{os.pathsep}{ROOT}"}
     env.pop("TRITON_INTERPRET", None)
     out = tmp / "out"
+    scratch = set(glob.glob(os.path.join(tempfile.gettempdir(), "troll-bench-kernels-*")))
     proc = subprocess.run(
         [sys.executable, "scripts/bench_kernels.py", "--smoke", "--out", str(out)],
         cwd=ROOT,
@@ -49,13 +52,14 @@ def smoke_run(tmp_path_factory):
         text=True,
         timeout=1200,
     )
-    return proc, out
+    left = set(glob.glob(os.path.join(tempfile.gettempdir(), "troll-bench-kernels-*"))) - scratch
+    return proc, out, left
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(1300)
 def test_the_smoke_run_passes_every_stage_without_verl(smoke_run):
-    proc, out = smoke_run
+    proc, out, _ = smoke_run
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     report = json.loads((out / "bench_kernels.json").read_text())
     assert report["smoke"] is True
@@ -77,7 +81,9 @@ def test_the_smoke_run_passes_every_stage_without_verl(smoke_run):
 @pytest.mark.slow
 @pytest.mark.timeout(1300)
 def test_the_report_is_written_and_the_short_table_printed_last(smoke_run):
-    proc, out = smoke_run
+    """The report and the log in ``--out``; the intermediate files' temporary folder removed at the end."""
+    proc, out, left = smoke_run
+    assert not left, f"temporary folders left: {left}"
     markdown = (out / "bench_kernels.md").read_text()
     assert "SMOKE RUN" in markdown and "| TROLL loss and gradient bf16 | yes |" in markdown
     assert "TROLL kernels / fused clip" in markdown and "Launches and host syncs per step" in markdown

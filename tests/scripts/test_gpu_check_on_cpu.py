@@ -15,9 +15,11 @@
 pip, no network), the refusal on a machine without CUDA, the core tests' device switch, the engine stage's code (on
 the CPU platform) and the report."""
 
+import glob
 import os
 import subprocess
 import sys
+import tempfile
 import textwrap
 
 import pytest
@@ -146,6 +148,8 @@ def test_core_tests_run_their_functions_on_the_test_device():
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_engine_stage_runs_on_the_cpu_platform(tmp_path):
+    """The engine stage on the tiny model; the intermediate files' temporary folder is removed at the end."""
+    scratch = set(glob.glob(os.path.join(tempfile.gettempdir(), "troll-gpu-check-*")))
     proc = subprocess.run(
         [sys.executable, "scripts/gpu_check.py", "--stages", "engine", "--out", str(tmp_path)],
         cwd=ROOT,
@@ -157,6 +161,7 @@ def test_engine_stage_runs_on_the_cpu_platform(tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + open(tmp_path / "gpu_check.log").read()[-3000:]
     report = (tmp_path / "gpu_check.md").read_text()
     assert "Bound held on every token: yes." in report and "| engine | ok |" in report
+    assert set(glob.glob(os.path.join(tempfile.gettempdir(), "troll-gpu-check-*"))) == scratch
 
 
 def test_pytest_summary_parsing():
