@@ -282,12 +282,9 @@ def trainer_passes() -> dict:
 
 def real_engine() -> dict:
     """One fresh FSDP2 actor per built-in loss on CPU: compute_log_prob outputs, one update step, the parameters."""
-    import torch.distributed as dist
+    from troll_verl.testing.verl_engine import init_single_process_group
 
-    if not dist.is_initialized():
-        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=os.environ.get("GOLDEN_PORT", "29533"), RANK="0",
-                          WORLD_SIZE="1", LOCAL_RANK="0")  # fmt: skip
-        dist.init_process_group("gloo", rank=0, world_size=1)
+    init_single_process_group()
     with tempfile.TemporaryDirectory(prefix="golden_model_") as model_dir:
         return _real_engine_on(model_dir)
 
