@@ -21,14 +21,15 @@ import re
 
 __all__ = ["STUDIES", "study_block", "write_study_docs"]
 
-# the studies --study reports: the powered study (--study alone) and the late-decay study's stage 1
-STUDIES = ("powered", "late_decay")
+# the studies --study reports: the powered study (--study alone), the late-decay study's stage 1 and the README's
+# results (benchmarks.study.summary)
+STUDIES = ("powered", "late_decay", "summary")
 
 
 def study_block(study: str) -> re.Pattern:
     """The docs block of ``study``'s tables: ``<!-- report: <its --study command> -->`` ... ``<!-- end report -->``
     (the powered study's command is ``--study`` followed by another option or nothing)."""
-    flag = r"--study late_decay\b" if study == "late_decay" else r"--study(?= --| -->)"
+    flag = r"--study(?= --| -->)" if study == "powered" else rf"--study {study}\b"
     return re.compile(rf"(<!-- report: [^\n]*{flag}[^\n]* -->\n)(.*?)(<!-- end report -->)", flags=re.S)
 
 

@@ -73,7 +73,8 @@ def run_outcomes(rows: list[dict], val_key: str, steps: int = 30) -> dict:
 
     Returns:
         ``last10`` (mean train reward over steps 21-30), ``peak`` (largest trailing 5-step mean over steps 5-30),
-        ``late_decay`` (last10 below half the peak), ``below_0_2``, ``held_out`` ({10, 20, 30: accuracy or None}),
+        ``late_decay`` (last10 below half the peak), ``below_0_2``, ``held_out`` ({0, 10, 20, 30: accuracy or None};
+        0: the untrained model),
         ``kl_mean`` and ``kl_max`` (of ``actor/ppo_kl`` over steps), ``entropy_last10``, ``steps_to_0_8`` (31: never).
     """
     rewards = {int(r["step"]): float(r[REWARD_KEY]) for r in rows if REWARD_KEY in r}
@@ -84,7 +85,7 @@ def run_outcomes(rows: list[dict], val_key: str, steps: int = 30) -> dict:
     peak = max(_trailing(rewards, s) for s in range(PEAK_FROM, steps + 1))
     kls = [float(r[KL_KEY]) for r in rows if KL_KEY in r]
     entropy = [float(r[ENTROPY_KEY]) for r in rows if ENTROPY_KEY in r and LAST[0] <= int(r["step"]) <= LAST[1]]
-    held_out = {s: None for s in (10, 20, 30)}
+    held_out = {s: None for s in (0, 10, 20, 30)}
     for r in rows:
         if val_key in r and int(r["step"]) in held_out:
             held_out[int(r["step"])] = float(r[val_key])
@@ -250,6 +251,12 @@ def report(results_dir: str, draws: int = 40_000) -> str:
         a, b = ([r[key] for r in arm if r[key] is not None] for arm in (troll, clip))
         lines.append(f"| {label} (mean) | {statistics.mean(a):.4g} | {statistics.mean(b):.4g} |" if a and b else
                      f"| {label} | n/a | n/a |")  # fmt: skip
+    entropy = [t["entropy_last10"] - c["entropy_last10"] for t, c in zip(troll, clip, strict=True)
+               if t["entropy_last10"] is not None and c["entropy_last10"] is not None]  # fmt: skip
+    if entropy:
+        lines.append(f"| entropy, steps 21-30, paired median TROLL − clip (a few failed runs pull the means) | "
+                     f"{statistics.median(entropy):+.4f} (TROLL lower in {sum(e < 0 for e in entropy)}/"
+                     f"{len(entropy)}) | |")  # fmt: skip
     for step in (10, 20, 30):
         d = [t["held_out"][step] - c["held_out"][step] for t, c in zip(troll, clip, strict=True)
              if t["held_out"][step] is not None and c["held_out"][step] is not None]  # fmt: skip
