@@ -228,3 +228,16 @@ UPDATES_PER_BATCH["late8"] = 8
 def clip_variant(variant: str) -> str:
     """The variant whose clip arm is ``variant``'s baseline (a TROLL-only variant borrows its ``BASELINE``'s)."""
     return variant if "clip" in VARIANTS[variant] else BASELINE[variant]
+
+
+# After mastery (docs/benchmarks.md, "After mastery"): probes of the late-decay setting on exploratory seeds (300-349),
+# each late8's TROLL with one change, read against late8's own TROLL and clip runs on the same seeds:
+# - probe_a0: no regression term (α = 0): what the regression adds to the gradient (H1);
+# - probe_upper: the upper old-side estimate: what the floor's spurious projection costs (H3);
+# - probe_noproj: a bound no token reaches (ε = 1000): TROLL's unclipped importance ratio alone (H4).
+VARIANTS["probe_a0"] = {"troll": [_TROLL, f"{_LOSS_KEY}.alpha=0.0"]}
+VARIANTS["probe_upper"] = {"troll": [_TROLL, f"{_LOSS_KEY}.old_estimate=upper"]}
+VARIANTS["probe_noproj"] = {"troll": [_TROLL, f"{_LOSS_KEY}.kl_bound=1000.0"]}
+for _variant in ("probe_a0", "probe_upper", "probe_noproj"):
+    UPDATES_PER_BATCH[_variant] = 8
+    BASELINE[_variant] = "late8"
