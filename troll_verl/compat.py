@@ -54,6 +54,7 @@ __all__ = [
     "registered_agent_loop",
     "registered_trainer",
     "ppo_loss_actor_config",
+    "engine_pass_defaults",
     "WORKER_CLASS_HOOKS",
     "ENGINE_BATCH_ADAPTER_METHODS",
     "rebuild_llm_client",
@@ -270,6 +271,21 @@ def ppo_loss_actor_config(loss_fn):
     return None
 
 
+def engine_pass_defaults(worker) -> dict:
+    """The non-tensor keys verl's ``TrainingWorker.train_batch`` sets on a mini-batch (where unset) before its engine's
+    pass: what a pass of the engine's own (TROLL's diagnostics, before verl's) must find on the batch.
+
+    NOTE: verl builds them inline from the worker's ``model_config`` and ``engine_config`` (engine_workers.py).
+    """
+    return dict(
+        use_remove_padding=worker.model_config.get("use_remove_padding", False),
+        use_dynamic_bsz=worker.engine_config.use_dynamic_bsz,
+        max_token_len_per_gpu=worker.engine_config.max_token_len_per_gpu,
+        micro_batch_size_per_gpu=worker.engine_config.micro_batch_size_per_gpu,
+        use_fused_kernels=worker.engine_config.use_fused_kernels,
+    )
+
+
 # ---------------------------------------------------------------------------------------------------------- trainer
 def rebuild_llm_client(client, cls):
     """``client`` (verl's ``LLMServerClient`` or a subclass) rebuilt as ``cls`` on the same servers.
@@ -444,6 +460,10 @@ MIRRORED_STATEMENTS = {
         "self.actor.set_loss_fn(self.loss_fn)",
         "output = self.actor.infer_batch(data)",
         "output = self.actor.train_mini_batch(data=data)",
+        # TrainingWorker.train_batch's engine defaults (compat.engine_pass_defaults) and its engine call
+        'use_remove_padding=self.model_config.get("use_remove_padding", False),',
+        "micro_batch_size_per_gpu=self.engine_config.micro_batch_size_per_gpu,",
+        "output = self.engine.train_batch(data, loss_function=self.loss_fn)",
         # the dry run's copies (tools/verl_startup_checks.py) of verl's inline start-up assertions, here and below
         "assert self.world_size % infer_world_size == 0",
         "assert self.config.actor.use_dynamic_bsz == self.config.rollout.log_prob_use_dynamic_bsz",

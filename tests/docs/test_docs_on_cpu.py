@@ -109,6 +109,8 @@ def _parse_default(text: str):
     text = text.strip().strip("`")
     if text in ("null", "None"):
         return None
+    if text in ("true", "false"):  # yaml's booleans
+        return text == "true"
     for kind in (int, float):
         try:
             return kind(text)
@@ -278,7 +280,7 @@ def _logged_metrics() -> tuple[set[str], set[str]]:
     package = ROOT / "troll_verl"
     loss_files = [
         *(package / "core").rglob("*.py"),
-        *(package / "integration" / f for f in ("loss_fn.py", "workers.py")),
+        *(package / "integration" / f for f in ("loss_fn.py", "workers.py", "diagnostics.py")),
         package / "bypass" / "mode.py",  # the rollout's tail mass, logged by the actor worker
     ]
     loss = {m for path in loss_files for m in _LOGGED.findall(path.read_text())}

@@ -60,6 +60,10 @@ class TrollPolicyLossConfig(PolicyLossConfig, TrollConfig):
         kernels (str): the loss step's implementation: ``auto`` (Triton kernels for CUDA logits where triton
             imports, else torch), ``torch`` or ``triton`` (:mod:`troll_verl.kernels`); ``TROLL_KERNELS`` in a
             worker's environment overrides it. troll-verl's key, not TROLL's: verl's built-in TROLL has no kernels.
+        diagnostics (bool): per optimizer step, the gradient norms of the policy-gradient part and of the regression
+            part, the share of mini-batches whose advantages are all zero and their gradient norm, and the share of
+            tokens projected only because of the floor (:mod:`troll_verl.integration.diagnostics`). Off by default:
+            on, each optimizer step costs one extra forward and backward pass. troll-verl's key, not TROLL's.
         (the TROLL keys: see :class:`~troll_verl.core.config.TrollConfig`)
     """
 
@@ -67,11 +71,14 @@ class TrollPolicyLossConfig(PolicyLossConfig, TrollConfig):
 
     loss_mode: str = "troll"
     kernels: str = "auto"
+    diagnostics: bool = False
 
     def __post_init__(self):
-        """Validate TROLL's keys (:class:`~troll_verl.core.config.TrollConfig`) and ``kernels``."""
+        """Validate TROLL's keys (:class:`~troll_verl.core.config.TrollConfig`), ``kernels`` and ``diagnostics``."""
         super().__post_init__()
         self._choice("kernels", KERNEL_CHOICES)
+        if not isinstance(self.diagnostics, bool):
+            raise ValueError(f"{self.key_prefix}.diagnostics must be true or false, got {self.diagnostics!r}.")
 
     @property
     def troll(self) -> TrollConfig:

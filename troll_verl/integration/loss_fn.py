@@ -73,6 +73,7 @@ from troll_verl.core.losses import (
 )
 
 from .config import troll_settings
+from .diagnostics import FLOOR_ONLY_KEY, REGRESSION_MODE, floor_only_rows
 
 __all__ = ["TrollLossFn", "TROLL_MODE_KEY", "stock_policy_loss"]
 
@@ -177,6 +178,11 @@ class TrollLossFn:
     def __init__(self, config: Any, old_sink: Callable[[TensorDict, dict, torch.Tensor], None] | None = None):
         self.config = dataclasses.replace(config, policy_loss=troll_settings(config))
         self.old_sink = old_sink
+        # policy_loss.diagnostics (troll_verl.integration.diagnostics): the floor-only share per micro-batch, and the
+        # regression-only loss of the extra pass (no entropy bonus, no KL loss: they belong to the other part)
+        self.diagnostics = bool(getattr(self.config.policy_loss, "diagnostics", False))
+        self._regression_config = dataclasses.replace(self.config, entropy_coeff=0.0, use_kl_loss=False)
+        self._estimate_configs: dict[str, Any] = {}
         # bypass mode: the next update call is the step's first micro-batch (the train-inference mismatch)
         self._mismatch_pending = False
         self._mismatch_warned = False
@@ -199,19 +205,35 @@ class TrollLossFn:
         data_format: str = "thd",
     ):
         mode = tu.get_non_tensor_data(data=data, key=TROLL_MODE_KEY, default=None)
-        if mode not in ("old", "update"):
+        if mode not in ("old", "update", REGRESSION_MODE):
             raise RuntimeError(
                 "TROLL's loss function was called outside TROLL's old-log-prob or update pass (troll_mode is "
                 f"{mode!r}): only TROLL's actor training worker (troll_verl.integration.workers."
                 "TrollActorTrainingWorker) may call it, and it tags both passes."
             )
         if student_logits is not None:
-            if mode == "update":
-                return troll_logits_fn(student_logits, data, self.config, data_format)
-            return self._old_hook(student_logits, data, data_format)
+            if mode == "old":
+                return self._old_hook(student_logits, data, data_format)
+            outputs = troll_logits_fn(student_logits, data, self.config, data_format)
+            if self.diagnostics and mode == "update":
+                outputs[FLOOR_ONLY_KEY] = floor_only_rows(
+                    outputs,
+                    lambda name: troll_logits_fn(student_logits.detach(), data, self._with_estimate(name), data_format),
+                    self.config.policy_loss.troll.old_estimate,
+                )
+            return outputs
         if mode == "old":
             return self._old_pass_output(model_output, data)
+        if mode == REGRESSION_MODE:
+            return self._regression_loss(model_output, data, dp_group)
         return self._update_loss(model_output, data, dp_group)
+
+    def _with_estimate(self, name: str) -> Any:
+        """The actor config with TROLL's ``old_estimate`` set to ``name`` (the diagnostics' comparison)."""
+        if name not in self._estimate_configs:
+            policy_loss = dataclasses.replace(self.config.policy_loss, old_estimate=name)
+            self._estimate_configs[name] = dataclasses.replace(self.config, policy_loss=policy_loss)
+        return self._estimate_configs[name]
 
     # ---------------------------------------------------------------------------------------------------------
     # old-log-prob pass
@@ -251,7 +273,15 @@ class TrollLossFn:
     # ---------------------------------------------------------------------------------------------------------
     # update pass: verl's own ppo_loss, with TROLL's terms handed to loss "troll"
     # ---------------------------------------------------------------------------------------------------------
-    def _update_loss(self, model_output: dict, data: TensorDict, dp_group):
+    def _regression_loss(self, model_output: dict, data: TensorDict, dp_group):
+        """The diagnostics' extra pass: ``α·L_reg`` alone, aggregated as the update's loss is (verl's ``ppo_loss`` with
+        every advantage zero, so the policy-gradient term is exactly zero, and no entropy bonus or KL loss)."""
+        data = data.copy()
+        data["advantages"] = torch.zeros_like(data["advantages"])
+        loss, _ = self._update_loss(model_output, data, dp_group, self._regression_config)
+        return loss, {}
+
+    def _update_loss(self, model_output: dict, data: TensorDict, dp_group, config: Any = None):
         missing = [key for key in ("log_probs", *TROLL_LOGITS_OUTPUT_KEYS) if key not in model_output]
         if missing:
             raise RuntimeError(
@@ -262,9 +292,11 @@ class TrollLossFn:
         terms = {key: no_padding_2_padding(model_output[key], data) for key in TROLL_LOGITS_OUTPUT_KEYS}
         token = _STOCK_ROUTE_TERMS.set(terms)
         try:
-            loss, metrics = ppo_loss(self.config, model_output, data, dp_group)
+            loss, metrics = ppo_loss(config or self.config, model_output, data, dp_group)
         finally:
             _STOCK_ROUTE_TERMS.reset(token)
+        if config is not None:
+            return loss, metrics
         # verl 0.9's ppo_loss wrapped every policy-loss metric as a mean: the maxima become maxima again and the
         # loss's parts take verl's own aggregation of the loss (actor/pg_loss)
         retag = {key: metrics[key].aggregate() for key in MAX_METRICS | LOSS_METRICS if key in metrics}
@@ -272,6 +304,11 @@ class TrollLossFn:
         if self._mismatch_pending:
             self._mismatch_pending = False
             metrics.update(self._mismatch_metrics(metrics))
+        if FLOOR_ONLY_KEY in model_output:
+            floor_only = no_padding_2_padding(model_output[FLOOR_ONLY_KEY], data)
+            mask = data.select("response_mask").to_padded_tensor()["response_mask"].bool().to(floor_only.device)
+            share = (floor_only * mask).sum() / mask.sum().clamp_min(1)
+            metrics["troll/floor_only_frac"] = Metric(AggregationType.MEAN, float(share))
         return loss, metrics
 
     def _mismatch_metrics(self, metrics: dict) -> dict[str, Metric]:

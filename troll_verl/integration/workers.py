@@ -59,13 +59,19 @@ from verl.workers.engine_workers import TrainingWorker
 
 from troll_verl import kernels
 from troll_verl.bypass.mode import old_fields_from_batch
-from troll_verl.compat import ENGINE_BATCH_ADAPTER_METHODS, VerlVersionError, ppo_loss_actor_config
+from troll_verl.compat import (
+    ENGINE_BATCH_ADAPTER_METHODS,
+    VerlVersionError,
+    engine_pass_defaults,
+    ppo_loss_actor_config,
+)
 from troll_verl.core.layout import OLD_FIELDS
 from troll_verl.platform.cpu import init_cpu_process_group
 
 from . import seam
 from .checks import uses_troll
 from .config import troll_settings
+from .diagnostics import GradientParts, all_advantages_zero
 from .loss_fn import TROLL_MODE_KEY, TrollLossFn
 from .old_cache import OldTopKCache
 from .startup import check_training_worker_start, route_troll_logs
@@ -127,7 +133,29 @@ class TrollActorTrainingWorker(TrollTrainingWorker):
         if seam.route() == seam.STOCK:
             self.troll_loss_fn = TrollLossFn(actor_config, old_sink=self.old_topk_cache.put)
             loss_fn = self.troll_loss_fn
+        if self.troll_settings.diagnostics:
+            _check_diagnostics(actor_config.strategy, self.troll_loss_fn is not None)
         super().set_loss_fn(loss_fn)
+
+    @register(dispatch_mode=make_nd_compute_dataproto_dispatch_fn(mesh_name="train"), blocking=False)
+    def train_batch(self, data: TensorDict) -> TensorDict:
+        """verl's optimizer step on one mini-batch; with ``policy_loss.diagnostics`` also what it was made of
+        (:mod:`troll_verl.integration.diagnostics`)."""
+        if self.troll_loss_fn is None or not self.troll_settings.diagnostics:
+            return super().train_batch(data)
+        zero = all_advantages_zero(data, self.engine.get_data_parallel_group())
+        for key, value in engine_pass_defaults(self).items():
+            if key not in data.keys():
+                tu.assign_non_tensor(data, **{key: value})
+        disable_auto_offload = tu.get(data, key="disable_auto_offload", default=False)
+        with self.engine.train_mode(disable_auto_offload=disable_auto_offload):
+            output = GradientParts(self.engine, self.loss_fn).measure(data, super().train_batch)
+        if output is not None:
+            metrics = tu.get(output, "metrics")
+            metrics["troll/zero_adv_frac"] = float(zero)
+            if zero:
+                metrics["troll/zero_adv_grad_norm"] = metrics["grad_norm"]
+        return output
 
     @register(dispatch_mode=make_nd_compute_dataproto_dispatch_fn(mesh_name="train"), blocking=False)
     def infer_batch(self, data: TensorDict) -> TensorDict:
@@ -240,6 +268,20 @@ class TrollActorTrainingWorker(TrollTrainingWorker):
         probe = data.copy()
         tu.assign_non_tensor(probe, calculate_entropy=False, calculate_sum_pi_squared=False)
         self.infer_batch(probe)
+
+
+def _check_diagnostics(strategy: str, stock_route: bool) -> None:
+    """Refuse ``policy_loss.diagnostics`` where its measurements cannot run, naming the setting."""
+    if strategy not in ("fsdp", "fsdp2"):
+        raise ValueError(
+            f"actor_rollout_ref.actor.policy_loss.diagnostics=true measures the gradient on verl's FSDP engine; "
+            f"actor_rollout_ref.actor.strategy is {strategy!r}. Set policy_loss.diagnostics=false (or strategy=fsdp2)."
+        )
+    if not stock_route:
+        raise ValueError(
+            "actor_rollout_ref.actor.policy_loss.diagnostics=true runs through troll-verl's loss function, which a "
+            "verl with the policy-loss logits seam does not call. Set policy_loss.diagnostics=false."
+        )
 
 
 def _replace_old_log_probs(data: TensorDict, log_probs: list[torch.Tensor]) -> None:
