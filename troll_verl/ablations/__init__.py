@@ -25,6 +25,8 @@ The core implements the paper's choice of each switch; this package registers th
                                                 paper's treatment (:mod:`.tails`)
 ``old_estimate``    ``upper``,                  old-side values of union tokens the old pass did not store,
                     ``proportional``            bounded by what it did store (:mod:`.old_estimates`)
+``regression``      ``advantage``               the regression term only on tokens whose advantage is non-zero: a
+                                                candidate remedy for the decay after mastery (:mod:`.regression`)
 ==================  ==========================  ==================================================================
 
 None of them goes upstream: ``upstream/make_patches.py`` copies the core, which names only its own choices.
@@ -33,6 +35,7 @@ None of them goes upstream: ``upstream/make_patches.py`` copies the core, which 
 from troll_verl.core.variants import register_variant
 
 from .old_estimates import proportional_estimate, upper_estimate
+from .regression import advantage_regression
 from .solvers import solve_bisection
 from .tails import renormalize_tail
 
@@ -45,6 +48,7 @@ def register() -> None:
     register_variant("tail", "renormalize", renormalize_tail)
     register_variant("old_estimate", "upper", upper_estimate)
     register_variant("old_estimate", "proportional", proportional_estimate)
+    register_variant("regression", "advantage", advantage_regression)
 
 
 register()

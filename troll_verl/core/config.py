@@ -46,6 +46,8 @@ class TrollConfig(BaseConfig):
             ``floor``) or the name of another estimate registered in ``variants``.
         tail (str): ``"bucket"`` (default) keeps the mass outside the support as one differentiable category, or the
             name of another tail registered in ``variants``.
+        regression (str): which tokens' regression term KL(π̃ ‖ sg π) enters the loss: ``"projected"`` (the paper's:
+            every token, zero where it was not projected) or the name of another rule registered in ``variants``.
         ratio_level (str): ``"token"`` (GRPO, Dr.GRPO, PPO) or ``"sequence"`` (GSPO: the ratio is built from the
             projected log-probs at sequence level, TROLL §7).
         seq_log_ratio_cap (float): upper clamp of the sequence-level log-ratio (reference: 10).
@@ -69,6 +71,7 @@ class TrollConfig(BaseConfig):
     floor: float = 1e-12
     old_estimate: str = "floor"
     tail: str = "bucket"
+    regression: str = "projected"
     ratio_level: str = "token"
     seq_log_ratio_cap: float = 10.0
     solver: str = "newton"
@@ -94,6 +97,7 @@ class TrollConfig(BaseConfig):
 
         self._choice("old_estimate", variant_names("old_estimate"), REGISTER_HINT)
         self._choice("tail", variant_names("tail"), REGISTER_HINT)
+        self._choice("regression", variant_names("regression"), REGISTER_HINT)
         self._choice("solver", variant_names("solver"), REGISTER_HINT)
         self._choice("ratio_level", RATIO_LEVELS)
         self._choice("old_value_dtype", tuple(VALUE_DTYPES))

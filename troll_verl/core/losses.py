@@ -46,6 +46,7 @@ from verl.utils.metric import AggregationType, Metric
 from .layout import OLD_FIELDS, OLD_TOPK_KEYS
 from .sparse import SparseSupport, old_topk_from_pass
 from .terms import TROLL_LOGITS_OUTPUT_KEYS, TrollTokenTerms, troll_token_terms
+from .variants import variant
 
 __all__ = [
     "TrollTokenTerms",
@@ -116,6 +117,9 @@ def troll_policy_objective(
         pg_losses = pg_losses * rollout_is_weights
     pg_losses = torch.where(mask, pg_losses, 0.0)
     reg = torch.where(mask, terms.regression, 0.0)
+    regression_rule = variant("regression", cfg.regression)  # None: every token's, the core's
+    if regression_rule is not None:
+        reg = regression_rule(reg, advantages, mask)
 
     pg_loss = agg_loss(loss_mat=pg_losses, loss_mask=mask, loss_agg_mode=loss_agg_mode, **config.global_batch_info)
     reg_loss = agg_loss(loss_mat=reg, loss_mask=mask, loss_agg_mode=loss_agg_mode, **config.global_batch_info)

@@ -11,28 +11,32 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Variants: other implementations of three of TROLL's choices, supplied by an extension under a name of its own.
+"""Variants: other implementations of four of TROLL's choices, supplied by an extension under a name of its own.
 
 The core implements the paper's choice of each (TROLL §3-§5) and names it in :data:`CORE_VARIANTS`; ``TrollConfig``
 selects one by name, and an extension (an ablation, a baseline) registers any other here with
 :func:`register_variant`. The code that makes the choice asks its switch once per call (:func:`variant`): ``None``
 for the core's own name, which it computes itself, else the registered function, which it calls as below.
 
-================  ==========  ======================  ==========================================================
-switch            core        asked by                a registered function
-================  ==========  ======================  ==========================================================
-``solver``        ``newton``  :func:`.projection.     ``(moments, kl_before, target, w_min, max_iter, tol, active,
-                              project`                host) -> (u, iters)``: ``u = log w`` per row ``(R,)``
-                                                      and the passes made (a 0-d int64 tensor); rows outside
-                                                      ``active`` are discarded by the caller
-``tail``          ``bucket``  :func:`.support.        ``(new_logprobs, mask) -> (new_logprobs, mask)``, both
-                              projected_support`      ``(..., S + 1)`` (the tail bucket last): what the
-                                                      projection acts on
-``old_estimate``  ``floor``   :func:`.old_side.       ``(new, old_u, unknown, stored, old, room, floor) ->
-                              old_side_estimate`      (old_u, q)``: the ``(c, S)`` old log-probs with the unknown
-                                                      tokens' filled in, and their masses (float64, 0 elsewhere)
-                                                      taken out of the old tail
-================  ==========  ======================  ==========================================================
+================  =============  ======================  =======================================================
+switch            core           asked by                a registered function
+================  =============  ======================  =======================================================
+``solver``        ``newton``     :func:`.projection.     ``(moments, kl_before, target, w_min, max_iter, tol,
+                                 project`                active, host) -> (u, iters)``: ``u = log w`` per row
+                                                         ``(R,)`` and the passes made (a 0-d int64 tensor);
+                                                         rows outside ``active`` are discarded by the caller
+``tail``          ``bucket``     :func:`.support.        ``(new_logprobs, mask) -> (new_logprobs, mask)``, both
+                                 projected_support`      ``(..., S + 1)`` (the tail bucket last): what the
+                                                         projection acts on
+``old_estimate``  ``floor``      :func:`.old_side.       ``(new, old_u, unknown, stored, old, room, floor) ->
+                                 old_side_estimate`      (old_u, q)``: the ``(c, S)`` old log-probs with the
+                                                         unknown tokens' filled in, and their masses (float64,
+                                                         0 elsewhere) taken out of the old tail
+``regression``    ``projected``  :func:`.losses.         ``(regression, advantages, mask) -> regression``, all
+                                 troll_policy_           ``(bsz, T)``: the per-token regression term that
+                                 objective`              enters the loss (the core's: every token's, zero where
+                                                         it was not projected)
+================  =============  ======================  =======================================================
 
 A solver's ``moments(w, need_var)`` returns ``(KL(π_w ‖ π_old), Var_w(s) or None)`` per row at ``w = 1 / (1 + η)``
 ``(R,)``; it must bring ``KL`` to ``target`` or below within ``[log w_min, 0]`` (TROLL §2). The other arguments are
@@ -46,7 +50,7 @@ from collections.abc import Callable
 __all__ = ["CORE_VARIANTS", "REGISTER_HINT", "register_variant", "variant", "variant_names"]
 
 # switch -> the name of the core's own implementation (the paper's choice)
-CORE_VARIANTS = {"solver": "newton", "tail": "bucket", "old_estimate": "floor"}
+CORE_VARIANTS = {"solver": "newton", "tail": "bucket", "old_estimate": "floor", "regression": "projected"}
 
 _TABLE: dict[str, dict[str, Callable]] = {switch: {} for switch in CORE_VARIANTS}
 # how to add a name a switch refuses (the refusals' last words)
