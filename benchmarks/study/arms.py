@@ -241,3 +241,16 @@ VARIANTS["probe_noproj"] = {"troll": [_TROLL, f"{_LOSS_KEY}.kl_bound=1000.0"]}
 for _variant in ("probe_a0", "probe_upper", "probe_noproj"):
     UPDATES_PER_BATCH[_variant] = 8
     BASELINE[_variant] = "late8"
+# Probe P2 (docs/benchmarks.md, "After mastery"): 30-step runs with TROLL's diagnostics on (troll_verl/integration/
+# diagnostics.py), the paper's TROLL and the candidate remedies, read against late8's clip on the same seeds:
+# - probe_diag: late8's TROLL, diagnostics on (the control: the mastered phase's signature);
+# - cand_adv: the regression only on tokens with a non-zero advantage (regression=advantage; a departure, H1);
+# - cand_upper: the upper old-side estimate (H3); cand_a0: no regression term at all (α = 0; H1 and H2).
+_DIAGNOSTICS = f"{_LOSS_KEY}.diagnostics=true"
+VARIANTS["probe_diag"] = {"troll": [_TROLL, _DIAGNOSTICS]}
+VARIANTS["cand_adv"] = {"troll": [_TROLL, f"{_LOSS_KEY}.regression=advantage", _DIAGNOSTICS]}
+VARIANTS["cand_upper"] = {"troll": [_TROLL, f"{_LOSS_KEY}.old_estimate=upper", _DIAGNOSTICS]}
+VARIANTS["cand_a0"] = {"troll": [_TROLL, f"{_LOSS_KEY}.alpha=0.0", _DIAGNOSTICS]}
+for _variant in ("probe_diag", "cand_adv", "cand_upper", "cand_a0"):
+    UPDATES_PER_BATCH[_variant] = 8
+    BASELINE[_variant] = "late8"
