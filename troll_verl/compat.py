@@ -53,7 +53,7 @@ __all__ = [
     "registered_policy_loss",
     "registered_agent_loop",
     "registered_trainer",
-    "ppo_loss_actor_config",
+    "actor_loss_closure",
     "engine_pass_defaults",
     "WORKER_CLASS_HOOKS",
     "ENGINE_BATCH_ADAPTER_METHODS",
@@ -256,19 +256,19 @@ def registered_agent_loop(name: str) -> str | None:
 
 
 # ----------------------------------------------------------------------------------------------------------- worker
-def ppo_loss_actor_config(loss_fn):
-    """The actor config verl's actor worker binds into its loss closure, or None for another closure.
+def actor_loss_closure(loss_fn) -> tuple[str | None, object | None]:
+    """``(name, actor config)`` of the loss closure verl's actor worker hands its training worker, or ``(None, None)``.
 
     NOTE: verl's ``ActorRolloutRefWorker.init_model`` hands its ``TrainingWorker`` the closure
-    ``partial(ppo_loss, config=actor_config)``; the training worker is given nothing else of the actor's config.
+    ``partial(ppo_loss, config=actor_config)``, or ``partial(distillation_ppo_loss, config=actor_config, ...)`` with
+    distillation on; the training worker is given nothing else of the actor's config. ``name`` is the loss function's
+    (``"ppo_loss"``, ``"distillation_ppo_loss"``, ...).
     """
     import functools
 
-    from verl.workers.utils.losses import ppo_loss
-
-    if isinstance(loss_fn, functools.partial) and loss_fn.func is ppo_loss:
-        return loss_fn.keywords.get("config")
-    return None
+    if isinstance(loss_fn, functools.partial) and "config" in loss_fn.keywords:
+        return getattr(loss_fn.func, "__name__", None), loss_fn.keywords["config"]
+    return None, None
 
 
 def engine_pass_defaults(worker) -> dict:
@@ -452,11 +452,12 @@ MIRRORED_STATEMENTS = {
     ),
     "verl/utils/model.py": ('attn_implementation="flash_attention_2"',),
     # the actor worker builds its training worker from actor_worker_cls and hands it the ppo_loss closure, whose
-    # actor config TROLL's training worker reads (compat.ppo_loss_actor_config)
+    # actor config TROLL's training worker reads (compat.actor_loss_closure)
     "verl/workers/engine_workers.py": (
         "actor_worker_cls = TrainingWorker",
         "self.actor = self.actor_worker_cls(config=actor_training_config)",
         "self.loss_fn = partial(ppo_loss, config=actor_config)",
+        "distillation_ppo_loss, config=actor_config, distillation_config=distillation_config",
         "self.actor.set_loss_fn(self.loss_fn)",
         "output = self.actor.infer_batch(data)",
         "output = self.actor.train_mini_batch(data=data)",

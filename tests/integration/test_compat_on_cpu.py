@@ -233,12 +233,17 @@ def test_the_engine_batch_adapter_methods_are_neos_only():
     assert all(name in vars(workers.TrollActorTrainingWorker) for name in compat.ENGINE_BATCH_ADAPTER_METHODS)
 
 
-def test_the_actor_config_is_read_only_from_verls_ppo_loss_closure():
+def test_the_actor_loss_closure_names_its_loss_and_actor_config():
+    """verl's two actor closures (ppo_loss, and distillation's) give their loss's name and the actor config; anything
+    else gives nothing."""
     from functools import partial
 
+    from verl.trainer.distillation import distillation_ppo_loss
     from verl.workers.utils.losses import ppo_loss
 
     config = object()
-    assert compat.ppo_loss_actor_config(partial(ppo_loss, config=config)) is config
-    assert compat.ppo_loss_actor_config(partial(print, config=config)) is None  # another closure: not verl's
-    assert compat.ppo_loss_actor_config(ppo_loss) is None
+    assert compat.actor_loss_closure(partial(ppo_loss, config=config)) == ("ppo_loss", config)
+    distill = partial(distillation_ppo_loss, config=config, distillation_config=None)
+    assert compat.actor_loss_closure(distill) == ("distillation_ppo_loss", config)
+    assert compat.actor_loss_closure(ppo_loss) == (None, None)
+    assert compat.actor_loss_closure(partial(ppo_loss)) == (None, None)

@@ -173,11 +173,12 @@ def test_the_floor_only_share_is_what_the_upper_estimate_does_not_project(model_
     assert 0.0 < floor_only[1] < projected[1]
 
 
-def test_the_diagnostics_refuse_the_megatron_strategy():
-    from troll_verl.integration.workers import _check_diagnostics
+def test_the_diagnostics_refuse_the_megatron_strategy(model_dir):
+    """The actor-level rule, as troll_verl.main and the worker run it: Megatron's engine is refused, naming the key."""
+    from troll_verl.integration.checks import check_actor
 
+    config = compose_config(model_dir, DIAGNOSTICS).actor_rollout_ref
+    assert check_actor(config.actor, config.model).diagnostics is True
+    config.actor.strategy = "megatron"
     with pytest.raises(ValueError, match="policy_loss.diagnostics=false"):
-        _check_diagnostics("megatron", True)
-    with pytest.raises(ValueError, match="seam"):
-        _check_diagnostics("fsdp2", False)
-    _check_diagnostics("fsdp2", True)
+        check_actor(config.actor, config.model)

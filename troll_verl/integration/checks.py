@@ -12,14 +12,24 @@
 # See the License for the specific language governing permissions and
 # limitations under the License.
 """Whether a verl config can run TROLL: the one predicate for "this run uses TROLL" (:func:`uses_troll`), TROLL's
-trainer modes, and :func:`validate_troll_config`, which refuses, naming the setting to change, every configuration
-TROLL cannot run. Importing this module imports no verl (the plugin reads :data:`POLICY_LOSS_NAME` from it at every
-``import verl``).
+trainer modes, and the refusals, each a small rule that raises ``ValueError`` naming the setting to change:
+
+- actor-level rules (:data:`ACTOR_RULES`, :func:`check_actor`): what the actor's own config decides (fused kernels,
+  strategy, static padding, TROLL's values, diagnostics). ``python -m troll_verl.main`` runs them before Ray, and
+  TROLL's actor training worker runs them again before any pass, so verl's own ``main_ppo`` with the one override
+  refuses the same settings; :func:`check_loss_closure` refuses, by name, a loss closure of verl's other than
+  ``ppo_loss`` (distillation's);
+- run-level rules (:data:`RUN_RULES`): what needs the whole config (the trainer, distillation), and bypass mode's
+  rollout (:func:`troll_verl.bypass.mode.check_bypass_config`); ``troll_verl.main`` runs them before Ray.
+
+:func:`validate_troll_config` runs them all. Importing this module imports no verl (the plugin reads
+:data:`POLICY_LOSS_NAME` from it at every ``import verl``).
 """
 
 from __future__ import annotations
 
 import logging
+from dataclasses import is_dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -30,6 +40,10 @@ __all__ = [
     "uses_troll",
     "troll_requested",
     "validate_troll_config",
+    "check_actor",
+    "check_loss_closure",
+    "ACTOR_RULES",
+    "RUN_RULES",
     "prepare_troll_run",
     "VERL_TRAINER_MODES",
     "TROLL_TRAINER_MODES",
@@ -75,21 +89,154 @@ def troll_requested(config) -> bool:
     return uses_troll(_policy_loss(config)) or mode in TROLL_TRAINER_MODES
 
 
-def validate_troll_config(config) -> TrollPolicyLossConfig:
-    """Check that a full verl config can run TROLL; return the validated TROLL settings.
+def _value(node: Any, dotted: str, default: Any = None) -> Any:
+    """``node.<dotted>`` on a Hydra node or on verl's config dataclasses alike; ``default`` where any part is unset."""
+    for part in dotted.split("."):
+        if node is None:
+            return default
+        node = node.get(part, None) if hasattr(node, "get") else getattr(node, part, None)
+    return default if node is None else node
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# actor-level rules: what TROLL's actor training worker can see itself (verl's ActorConfig and the model's config).
+# troll_verl.main runs them before Ray; the worker runs them again before any pass, so verl's own main_ppo refuses the
+# same settings (integration/workers.py). Each gets (actor, model, settings) and raises ValueError naming the fix.
+# ---------------------------------------------------------------------------------------------------------------------
+def _rule_fused_kernels(actor, model, settings) -> None:
+    if _value(model, "use_fused_kernels", False):
+        raise ValueError(
+            "actor_rollout_ref.model.use_fused_kernels=true never materialises the logits TROLL needs for its "
+            "top-K supports. Set actor_rollout_ref.model.use_fused_kernels=false."
+        )
+
+
+def _rule_strategy(actor, model, settings) -> None:
+    from troll_verl.core.losses import BACKENDS  # the one table of strategies TROLL has a backend for
+
+    strategy = _value(actor, "strategy")
+    if strategy not in BACKENDS:
+        raise ValueError(
+            f"TROLL's engine path supports actor_rollout_ref.actor.strategy in {list(BACKENDS)}, got {strategy!r}. "
+            "Set actor_rollout_ref.actor.strategy=fsdp2 (or megatron)."
+        )
+    if strategy == "megatron":
+        logger.warning(
+            "TROLL on the Megatron engine: the vocab-parallel and context-parallel code is tested against the "
+            "single-rank result (megatron-core parallel state, gloo, CPU), but this release has not yet been run on "
+            "verl's full Megatron engine; check troll/* metrics on your first steps."
+        )
+
+
+def _rule_pad_to_length(actor, model, settings) -> None:
+    # the actor's key, and the engine configs each strategy reads it from
+    for key in ("pad_to_length", "fsdp_config.pad_to_length", "megatron.pad_to_length"):
+        if _value(actor, key, False):
+            raise ValueError(
+                f"actor_rollout_ref.actor.{key}=true pads packed sequences to a static length that TROLL's "
+                "response-row mapping does not know about. Set actor_rollout_ref.actor.pad_to_length=false (and "
+                "actor_rollout_ref.actor.megatron.pad_to_length=false on Megatron)."
+            )
+
+
+def _rule_seam_old_topk(actor, model, settings) -> None:
+    from . import seam
+
+    # 0 (unset): troll_verl.main sets it to topk (prepare_troll_run)
+    old_topk = _value(actor, "calculate_old_topk", 0) or 0
+    if seam.route() == seam.SEAM and 0 < old_topk < settings.topk:
+        raise ValueError(
+            f"On a verl with the policy-loss logits seam TROLL reads the old policy's top-K that verl's old-log-prob "
+            f"pass stores, and actor_rollout_ref.actor.calculate_old_topk={old_topk} stores fewer than "
+            f"policy_loss.troll.topk={settings.topk}. Set actor_rollout_ref.actor.calculate_old_topk={settings.topk} "
+            "(or leave it 0: troll_verl.main then sets it to topk)."
+        )
+
+
+def _rule_sequence_ratio(actor, model, settings) -> None:
+    agg = _value(actor, "loss_agg_mode")
+    if settings.ratio_level == "sequence" and agg != "seq-mean-token-mean":
+        logger.warning(
+            "TROLL with ratio_level=sequence (GSPO) is usually run with actor_rollout_ref.actor.loss_agg_mode="
+            "seq-mean-token-mean; got %s.",
+            agg,
+        )
+
+
+def _rule_diagnostics(actor, model, settings) -> None:
+    from . import seam
+
+    if not getattr(settings, "diagnostics", False):
+        return
+    strategy = _value(actor, "strategy")
+    if strategy not in ("fsdp", "fsdp2"):
+        raise ValueError(
+            "actor_rollout_ref.actor.policy_loss.diagnostics=true measures the gradient on verl's FSDP engine; "
+            f"actor_rollout_ref.actor.strategy is {strategy!r}. Set policy_loss.diagnostics=false (or strategy=fsdp2)."
+        )
+    if seam.route() == seam.SEAM:
+        raise ValueError(
+            "actor_rollout_ref.actor.policy_loss.diagnostics=true runs through troll-verl's loss function, which a "
+            "verl with the policy-loss logits seam does not call. Set policy_loss.diagnostics=false."
+        )
+
+
+ACTOR_RULES = (
+    _rule_fused_kernels,
+    _rule_strategy,
+    _rule_pad_to_length,
+    _rule_seam_old_topk,
+    _rule_sequence_ratio,
+    _rule_diagnostics,
+)
+
+
+def check_actor(actor: Any, model: Any) -> TrollPolicyLossConfig:
+    """Run every actor-level rule (:data:`ACTOR_RULES`) on an actor's config; return its validated TROLL settings.
+
+    Args:
+        actor: ``actor_rollout_ref.actor``, as a Hydra node (before Ray) or verl's ``ActorConfig`` (in the worker).
+        model: ``actor_rollout_ref.model``, likewise (verl's ``HFModelConfig`` in the worker).
 
     Raises:
-        ValueError: naming the setting to change, for every configuration TROLL cannot run.
+        ValueError: naming the setting to change (an invalid TROLL value names its key).
     """
     from types import SimpleNamespace
 
-    from omegaconf import OmegaConf
     from verl.utils.config import omega_conf_to_dataclass
 
     from .config import troll_settings
 
-    actor = config.actor_rollout_ref.actor
-    from troll_verl.bypass.mode import bypass_requested, check_bypass_config
+    policy_loss = actor.policy_loss
+    if not is_dataclass(policy_loss):
+        policy_loss = omega_conf_to_dataclass(policy_loss)
+    settings = troll_settings(SimpleNamespace(policy_loss=policy_loss))
+    for rule in ACTOR_RULES:
+        rule(actor, model, settings)
+    return settings
+
+
+def check_loss_closure(closure_name: str | None) -> None:
+    """Refuse a loss closure other than verl's ``ppo_loss`` under ``loss_mode=troll`` (TROLL's worker asks, knowing the
+    run uses TROLL): verl swaps in another where a feature replaces the policy loss, naming it."""
+    if closure_name == "distillation_ppo_loss":
+        raise ValueError(
+            "verl hands the actor its distillation loss (distillation.enabled=true), and TROLL uses the same top-K "
+            "logits hook as distillation. Set distillation.enabled=false."
+        )
+    if closure_name != "ppo_loss":
+        raise ValueError(
+            f"loss_mode=troll runs inside verl's ppo_loss, but verl handed the actor another loss ({closure_name}). "
+            "Use verl's actor loss (no feature that replaces it) with TROLL."
+        )
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# run-level rules: they need the whole config, so troll_verl.main runs them before Ray (only there)
+# ---------------------------------------------------------------------------------------------------------------------
+def _rule_trainer(config) -> None:
+    from omegaconf import OmegaConf
+
     from troll_verl.compat import has_v1_task_runner
 
     from . import seam
@@ -101,63 +248,44 @@ def validate_troll_config(config) -> TrollPolicyLossConfig:
                 "TROLL on the legacy trainer (trainer.use_v1=false) has not run on a verl with the policy-loss logits "
                 "seam (upstream/): there verl's own RayPPOTrainer tags the passes. Set trainer.use_v1=true."
             )
-    else:
-        if not has_v1_task_runner():
-            raise ValueError(
-                "This verl runs only its legacy trainer (verl.trainer.main_ppo has no v1 task runner), and "
-                "trainer.use_v1=true asks for the v1 one. Set trainer.use_v1=false."
-            )
-        mode = OmegaConf.select(config, "trainer.v1.trainer_mode", default="sync")
-        if str(mode).startswith("troll") and mode not in TROLL_TRAINER_MODES:
-            raise ValueError(
-                f"trainer.v1.trainer_mode={mode} is not one of TROLL's trainers; use one of "
-                f"{list(TROLL_TRAINER_MODES)}."
-            )
-    if OmegaConf.select(config, "actor_rollout_ref.model.use_fused_kernels", default=False):
+        return
+    if not has_v1_task_runner():
         raise ValueError(
-            "actor_rollout_ref.model.use_fused_kernels=true never materialises the logits TROLL needs for its "
-            "top-K supports. Set actor_rollout_ref.model.use_fused_kernels=false."
+            "This verl runs only its legacy trainer (verl.trainer.main_ppo has no v1 task runner), and "
+            "trainer.use_v1=true asks for the v1 one. Set trainer.use_v1=false."
         )
-    from troll_verl.core.losses import BACKENDS  # the one table of strategies TROLL has a backend for
+    mode = OmegaConf.select(config, "trainer.v1.trainer_mode", default="sync")
+    if str(mode).startswith("troll") and mode not in TROLL_TRAINER_MODES:
+        raise ValueError(
+            f"trainer.v1.trainer_mode={mode} is not one of TROLL's trainers; use one of {list(TROLL_TRAINER_MODES)}."
+        )
 
-    if actor.strategy not in BACKENDS:
-        raise ValueError(
-            f"TROLL's engine path supports actor_rollout_ref.actor.strategy in {list(BACKENDS)}, got "
-            f"{actor.strategy!r}. Set actor_rollout_ref.actor.strategy=fsdp2 (or megatron)."
-        )
-    if actor.strategy == "megatron":
-        logger.warning(
-            "TROLL on the Megatron engine: the vocab-parallel and context-parallel code is tested against the "
-            "single-rank result (megatron-core parallel state, gloo, CPU), but this release has not yet been run on "
-            "verl's full Megatron engine; check troll/* metrics on your first steps."
-        )
-    for engine_key in ("fsdp_config", "megatron"):  # the engine config each strategy reads
-        if OmegaConf.select(config, f"actor_rollout_ref.actor.{engine_key}.pad_to_length", default=False):
-            raise ValueError(
-                f"actor_rollout_ref.actor.{engine_key}.pad_to_length=true pads packed sequences to a static length "
-                "that TROLL's response-row mapping does not know about. Set actor_rollout_ref.actor.pad_to_length="
-                "false (and actor_rollout_ref.actor.megatron.pad_to_length=false on Megatron)."
-            )
+
+def _rule_distillation(config) -> None:
+    from omegaconf import OmegaConf
+
     if OmegaConf.select(config, "distillation.enabled", default=False):
-        raise ValueError(
-            "TROLL uses verl's top-K logits hook, which distillation also uses. Set distillation.enabled=false."
-        )
-    settings = troll_settings(SimpleNamespace(policy_loss=omega_conf_to_dataclass(actor.policy_loss)))
-    # 0 (unset): TROLL's trainers set it to topk (prepare_troll_run)
-    old_topk = OmegaConf.select(config, "actor_rollout_ref.actor.calculate_old_topk", default=0) or 0
-    if seam.route() == seam.SEAM and 0 < old_topk < settings.topk:
-        raise ValueError(
-            f"On a verl with the policy-loss logits seam TROLL reads the old policy's top-K that verl's old-log-prob "
-            f"pass stores, and actor_rollout_ref.actor.calculate_old_topk={old_topk} stores fewer than "
-            f"policy_loss.troll.topk={settings.topk}. Set actor_rollout_ref.actor.calculate_old_topk={settings.topk} "
-            "(or leave it 0: TROLL's trainer then sets it to topk)."
-        )
-    if settings.ratio_level == "sequence" and actor.loss_agg_mode != "seq-mean-token-mean":
-        logger.warning(
-            "TROLL with ratio_level=sequence (GSPO) is usually run with actor_rollout_ref.actor.loss_agg_mode="
-            "seq-mean-token-mean; got %s.",
-            actor.loss_agg_mode,
-        )
+        check_loss_closure("distillation_ppo_loss")
+
+
+RUN_RULES = (_rule_trainer, _rule_distillation)
+
+
+def validate_troll_config(config) -> TrollPolicyLossConfig:
+    """Check that a full verl config can run TROLL: every run-level rule (:data:`RUN_RULES`), every actor-level one
+    (:func:`check_actor`) and, in bypass mode, the rollout's (:func:`troll_verl.bypass.mode.check_bypass_config`).
+
+    Returns:
+        The validated TROLL settings.
+
+    Raises:
+        ValueError: naming the setting to change, for every configuration TROLL cannot run.
+    """
+    from troll_verl.bypass.mode import bypass_requested, check_bypass_config
+
+    for rule in RUN_RULES:
+        rule(config)
+    settings = check_actor(config.actor_rollout_ref.actor, config.actor_rollout_ref.model)
     if bypass_requested(config):
         check_bypass_config(config, settings)
     return settings

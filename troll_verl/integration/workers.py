@@ -21,7 +21,9 @@ it is verl's ``TrainingWorker`` (plus the CPU platform's process group). With TR
 policy-loss logits seam:
 
 - ``set_loss_fn`` installs :class:`~troll_verl.integration.loss_fn.TrollLossFn` in place of verl's ``ppo_loss``
-  closure (whose actor config it reads, :func:`troll_verl.compat.ppo_loss_actor_config`);
+  closure (whose actor config it reads, :func:`troll_verl.compat.actor_loss_closure`), after TROLL's actor-level
+  rules (:func:`troll_verl.integration.checks.check_actor`): verl's own ``main_ppo`` refuses what
+  ``troll_verl.main`` refuses, before any pass, naming the setting;
 - ``infer_batch`` (verl's old-log-prob pass, ``compute_log_prob``) turns on the logits hook, and the old policy's
   top-K is kept on this worker (:class:`~troll_verl.integration.old_cache.OldTopKCache`): nothing of it enters the
   pass's output, so verl's data plane never carries it. A reference pass through the actor (LoRA,
@@ -62,14 +64,14 @@ from troll_verl.bypass.mode import old_fields_from_batch
 from troll_verl.compat import (
     ENGINE_BATCH_ADAPTER_METHODS,
     VerlVersionError,
+    actor_loss_closure,
     engine_pass_defaults,
-    ppo_loss_actor_config,
 )
 from troll_verl.core.layout import OLD_FIELDS
 from troll_verl.platform.cpu import init_cpu_process_group
 
 from . import seam
-from .checks import uses_troll
+from .checks import check_actor, check_loss_closure, uses_troll
 from .config import troll_settings
 from .diagnostics import GradientParts, all_advantages_zero
 from .loss_fn import TROLL_MODE_KEY, TrollLossFn
@@ -121,10 +123,13 @@ class TrollActorTrainingWorker(TrollTrainingWorker):
         self._miss_reported = False  # the first miss is a warning, later ones info
 
     def set_loss_fn(self, loss_fn):
-        """verl's closure; ``TrollLossFn`` instead where verl's ``ppo_loss`` closure names ``loss_mode=troll``."""
-        actor_config = ppo_loss_actor_config(loss_fn)
+        """verl's closure; ``TrollLossFn`` instead where verl's ``ppo_loss`` closure names ``loss_mode=troll``, after
+        TROLL's actor-level rules (on every rank, before any pass: each refusal names the setting to change)."""
+        closure, actor_config = actor_loss_closure(loss_fn)
         if actor_config is None or not uses_troll(actor_config.policy_loss):
             return super().set_loss_fn(loss_fn)
+        check_loss_closure(closure)
+        check_actor(actor_config, self.model_config)
         self.troll_settings = troll_settings(actor_config)
         kernels.configure(self.troll_settings.kernels)
         if torch.distributed.is_initialized() and torch.distributed.get_rank() == 0:
@@ -133,8 +138,6 @@ class TrollActorTrainingWorker(TrollTrainingWorker):
         if seam.route() == seam.STOCK:
             self.troll_loss_fn = TrollLossFn(actor_config, old_sink=self.old_topk_cache.put)
             loss_fn = self.troll_loss_fn
-        if self.troll_settings.diagnostics:
-            _check_diagnostics(actor_config.strategy, self.troll_loss_fn is not None)
         super().set_loss_fn(loss_fn)
 
     @register(dispatch_mode=make_nd_compute_dataproto_dispatch_fn(mesh_name="train"), blocking=False)
@@ -268,20 +271,6 @@ class TrollActorTrainingWorker(TrollTrainingWorker):
         probe = data.copy()
         tu.assign_non_tensor(probe, calculate_entropy=False, calculate_sum_pi_squared=False)
         self.infer_batch(probe)
-
-
-def _check_diagnostics(strategy: str, stock_route: bool) -> None:
-    """Refuse ``policy_loss.diagnostics`` where its measurements cannot run, naming the setting."""
-    if strategy not in ("fsdp", "fsdp2"):
-        raise ValueError(
-            f"actor_rollout_ref.actor.policy_loss.diagnostics=true measures the gradient on verl's FSDP engine; "
-            f"actor_rollout_ref.actor.strategy is {strategy!r}. Set policy_loss.diagnostics=false (or strategy=fsdp2)."
-        )
-    if not stock_route:
-        raise ValueError(
-            "actor_rollout_ref.actor.policy_loss.diagnostics=true runs through troll-verl's loss function, which a "
-            "verl with the policy-loss logits seam does not call. Set policy_loss.diagnostics=false."
-        )
 
 
 def _replace_old_log_probs(data: TensorDict, log_probs: list[torch.Tensor]) -> None:

@@ -92,15 +92,18 @@ def tiny_model_dir(
     return path
 
 
-def compose_config(model_path: str, *overrides: str, base=CPU_OVERRIDES) -> DictConfig:
+def compose_config(model_path: str, *overrides: str, base=CPU_OVERRIDES, verls_own: bool = False) -> DictConfig:
     """troll_trainer.yaml (verl's ppo_trainer + TROLL) with ``base`` settings (the exact CPU ones by default) and
-    ``overrides``."""
-    config_dir = os.path.join(os.path.dirname(troll_verl.__file__), "config")
+    ``overrides``; ``verls_own``: verl's own ``ppo_trainer.yaml`` instead (what ``python -m verl.trainer.main_ppo``
+    composes), where TROLL is only what ``overrides`` select."""
+    import verl
+
+    if verls_own:
+        config_dir, name = os.path.join(os.path.dirname(verl.__file__), "trainer", "config"), "ppo_trainer"
+    else:
+        config_dir, name = os.path.join(os.path.dirname(troll_verl.__file__), "config"), "troll_trainer"
     with initialize_config_dir(config_dir=config_dir, version_base=None):
-        return compose(
-            "troll_trainer",
-            overrides=[f"actor_rollout_ref.model.path={model_path}", *base, *overrides],
-        )
+        return compose(name, overrides=[f"actor_rollout_ref.model.path={model_path}", *base, *overrides])
 
 
 def make_actor_worker(config: DictConfig, role: str = "actor"):
@@ -109,7 +112,8 @@ def make_actor_worker(config: DictConfig, role: str = "actor"):
     from verl.workers.engine_workers import ActorRolloutRefWorker
 
     init_single_process_group()
-    worker = ActorRolloutRefWorker(config.actor_rollout_ref, role=role)
+    # verl's trainers hand the actor worker the run's distillation settings too (trainer_base.py, ray_trainer.py)
+    worker = ActorRolloutRefWorker(config.actor_rollout_ref, role=role, distillation_config=config.get("distillation"))
     worker.init_model()
     return worker
 
