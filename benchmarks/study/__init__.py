@@ -21,6 +21,7 @@
 - :mod:`.report`: the learning and stress-map tables; :mod:`.powered` and :mod:`.late_decay`: the two studies' plans
   as code and their tables;
 - :mod:`.summary`: the README's headline and results table, from every study's plan code;
+- :mod:`.after_mastery`: the after-mastery probes' tables and the rule that picks a confirmatory candidate;
 - :mod:`.plots`: the reward curves; :mod:`.docs_block`: the tables' blocks in the docs.
 
 Pure Python on the committed raw files for everything but :mod:`.run`, which starts verl's trainer.

@@ -21,9 +21,9 @@ import re
 
 __all__ = ["STUDIES", "study_block", "write_study_docs"]
 
-# the studies --study reports: the powered study (--study alone), the late-decay study's stage 1 and the README's
-# results (benchmarks.study.summary)
-STUDIES = ("powered", "late_decay", "summary")
+# the studies --study reports: the powered study (--study alone), the late-decay study's stage 1, the README's
+# results (benchmarks.study.summary) and the after-mastery probes (benchmarks.study.after_mastery)
+STUDIES = ("powered", "late_decay", "summary", "after_mastery")
 
 
 def study_block(study: str) -> re.Pattern:

@@ -74,7 +74,7 @@ import time
 
 from troll_verl.tools.quickstart import MODELS, cpu_model, cpu_run_overrides, run_trainer
 
-from . import late_decay, summary
+from . import after_mastery, late_decay, summary
 from .arms import LEARNING_RATE, VARIANTS, arm_overrides
 from .docs_block import STUDIES, write_study_docs
 from .outcomes import collect, finished, run_stats
@@ -149,7 +149,8 @@ def build_parser() -> argparse.ArgumentParser:
         choices=STUDIES,
         help="run nothing: print a study's tables from --results-dir: the powered study's (and --plot) with --study "
         "alone, the late-decay study's stage 1 with --study late_decay (before its interim look only the progress), "
-        "the README's results with --study summary (--results-dir benchmarks/results: every study's folder)",
+        "the README's results with --study summary (--results-dir benchmarks/results: every study's folder), the "
+        "after-mastery probes' with --study after_mastery",
     )
     parser.add_argument(
         "--docs",
@@ -168,7 +169,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.docs and not args.study:
         parser.error("--docs writes a study's tables: add --study (or --study late_decay)")
-    if args.plot and args.study in ("late_decay", "summary"):
+    if args.plot and args.study in ("late_decay", "summary", "after_mastery"):
         parser.error(f"--plot draws the powered study's curves; --study {args.study} has none: drop --plot")
 
     model = cpu_model(args.model, args.task_hi)
@@ -177,6 +178,8 @@ def main(argv=None) -> int:
         results = collect_study(results_dir) if args.study == "powered" else None
         if args.study == "summary":
             tables = summary.report(results_dir)
+        elif args.study == "after_mastery":
+            tables = after_mastery.report(results_dir)
         else:
             tables = study_report(results) if results is not None else late_decay.report(results_dir)
         print(tables)
