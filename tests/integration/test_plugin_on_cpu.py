@@ -187,6 +187,13 @@ def test_a_verl_with_every_capability_runs_whatever_its_version_with_a_warning(t
             assert check_verl_capabilities(untested, tree) == untested
         assert len(caplog.records) == (untested.split(".")[:2] != ["0", "9"])
         assert all(f"verl {untested} has every capability" in r.getMessage() for r in caplog.records)
+    # neo reports 0.9 but its worker adapts its batch: named, whatever its version
+    worker = tmp_path / "verl" / "workers" / "engine_workers.py"
+    worker.write_text(worker.read_text() + "\n    def _train_mini_batch_impl(self, data):\n        pass\n")
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="troll_verl.compat"):
+        assert check_verl_capabilities("0.9.0.dev0", tree) == "0.9.0.dev0"
+    assert len(caplog.records) == 1 and "verl's neo branch: TrainingWorker adapts its batch" in caplog.text
 
 
 def test_policy_loss_name_collision_is_refused():
