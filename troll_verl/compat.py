@@ -54,7 +54,6 @@ __all__ = [
     "is_verls_rollout_loader",
     "registered_policy_loss",
     "registered_agent_loop",
-    "registered_trainer",
     "actor_loss_closure",
     "engine_pass_defaults",
     "WORKER_CLASS_HOOKS",
@@ -268,16 +267,6 @@ def registered_policy_loss(name: str):
         return None
 
 
-def registered_trainer(name: str):
-    """The v1 trainer class registered under ``name``, or None."""
-    from verl.trainer.ppo.v1 import get_trainer_cls
-
-    try:
-        return get_trainer_cls(name)
-    except ValueError:
-        return None
-
-
 def registered_agent_loop(name: str) -> str | None:
     """The ``_target_`` verl's agent-loop registry holds under ``name``, or None.
 
@@ -435,9 +424,6 @@ PASS_FLAGS = {
 
 # (module, class): private methods TROLL's subclasses override (and call through super()); no public hook exists.
 OVERRIDDEN_PRIVATE_METHODS = {
-    ("verl.trainer.ppo.v1.trainer_base", "PPOTrainer"): (
-        "_init_resource_pool_mgr",  # where the worker classes are chosen: TROLL's critic and π_old-saving workers
-    ),
     ("verl.workers.engine.fsdp.transformer_impl", "FSDPEngineWithValueHead"): (
         "_build_module",  # CPU platform: the critic loads without verl's hard-coded flash_attention_2
     ),
@@ -477,7 +463,6 @@ PRIVATE_ATTRIBUTES = {
 }
 # Internal (undocumented) modules TROLL imports, and the names it takes from each.
 INTERNAL_IMPORTS = {
-    "verl.experimental.separation.engine_workers": ("DetachActorWorker",),
     "verl.workers.utils.losses": ("ppo_loss",),
     "verl.workers.utils.padding": ("no_padding_2_padding", "response_from_nested"),
     "verl.workers.engine.fsdp.transformer_impl": ("FSDPEngineWithLMHead", "FSDPEngineWithValueHead"),
@@ -530,9 +515,6 @@ MIRRORED_STATEMENTS = {
     ),
     "verl/workers/rollout/replica.py": ("assert self.world_size % self.gpus_per_replica_node == 0",),
     "verl/utils/seqlen_balancing.py": ("assert max_token_len >= max_seq_len",),
-    "verl/trainer/ppo/v1/trainer_base.py": (
-        "critic_cfg.engine.max_token_len_per_gpu = critic_cfg.ppo_infer_max_token_len_per_gpu",
-    ),
     "verl/trainer/ppo/v1/trainer_separate_async.py": (
         "assert train_batch_size == parameter_sync_step * ppo_mini_batch_size",
         'assert config.actor_rollout_ref.rollout.nnodes > 0, "nnodes must be > 0 in separate async training"',
@@ -555,21 +537,28 @@ MIRRORED_STATEMENTS = {
     # a masked response, by which bypass.mode.old_fields_from_batch tells them
     # (0.9.1 takes zeros_like(responses), main 1dda039 zeros_like(prompts); neo has no such file: OPTIONAL_FILES)
     "verl/trainer/ppo/padding_utils.py": ("response_mask = torch.zeros_like(",),
-    # integration/legacy.py's seeded requests read the step verl's legacy trainer puts on the generation batch, and
-    # its task runner re-states verl's run (to build TROLL's trainer, which verl's hard-codes)
-    "verl/trainer/ppo/ray_trainer.py": ('batch.meta_info["global_steps"]',),
-    "verl/trainer/main_ppo_v0.py": (
-        "actor_rollout_cls, ray_worker_group_cls = self.add_actor_rollout_worker(config)",
-        "self.add_critic_worker(config)",
-        "self.add_reward_model_resource_pool(config)",
-        "self.add_teacher_model_resource_pool(config)",
-        "self.add_ref_policy_worker(config, actor_rollout_cls)",
-        "resource_pool_manager = self.init_resource_pool_mgr(config)",
-        "train_sampler = create_rl_sampler(config.data, train_dataset)",
-        "trainer = RayPPOTrainer(",
-        "trainer.init_workers()",
-        "trainer.fit()",
+    # the seeded loop's manager on the legacy trainer (rollout/agent_loop.py) reads the step verl's legacy trainer puts
+    # on the generation batch; both trainers build the agent-loop manager the config names (bypass mode's on the
+    # asynchronous trainers, bypass/agent_loop.py; the seeded loop's on the legacy one)
+    "verl/trainer/ppo/ray_trainer.py": (
+        'batch.meta_info["global_steps"]',
+        'self.config.actor_rollout_ref.rollout.get("agent", {}).get("agent_loop_manager_class")',
     ),
+    "verl/trainer/main_ppo.py": (
+        'self.config.actor_rollout_ref.rollout.get("agent", {}).get("agent_loop_manager_class")',
+        "llm_client=self.trainer.get_llm_client(),",
+    ),
+    # the CPU platform's replay buffer (platform/cpu.py, cpu_replay_buffer): verl's custom-sampler key and the
+    # constructor's poll interval
+    "verl/trainer/ppo/v1/trainer_base.py": (
+        "critic_cfg.engine.max_token_len_per_gpu = critic_cfg.ppo_infer_max_token_len_per_gpu",
+        "sampler_cls = load_extern_type(custom_sampler.path, custom_sampler.name)",
+    ),
+    "verl/trainer/ppo/v1/replay_buffer.py": ("poll_interval: float = 2.0,",),
+    # the CPU platform's gloo group (platform/cpu.py, ray_worker_setup): the variables verl gives a worker group's
+    # processes, and verl's own set-up, skipped where a group exists
+    "verl/single_controller/ray/base.py": ('"WG_BACKEND": "ray",', '"WG_PREFIX": self.name_prefix,'),
+    "verl/utils/distributed.py": ("if not torch.distributed.is_initialized():",),
 }
 # files of MIRRORED_STATEMENTS a verl tree may lack, with why that is fine there
 OPTIONAL_FILES = {

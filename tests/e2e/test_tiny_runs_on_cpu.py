@@ -23,11 +23,15 @@ about 1.5 times as long as one alone, so the module takes about three quarters o
 - ``sync``: verl's own ``main_ppo`` with ``loss_mode=troll`` and nothing else of TROLL (verl's own sync trainer),
   4 steps, a checkpoint at step 2 and the rollouts dumped;
 - ``sync_resumed``: the quickstart CLI with the clip baseline (``loss_mode=vanilla``), resumed from ``sync``'s step 2;
-- ``async_``: verl's ``colocate_async`` trainer with TROLL (stale data), 4 steps, a checkpoint at step 2 while step 3's
-  batch is in flight;
-- ``async_resumed``: resumes from it in bypass mode (the old distribution from vLLM's top-K), with Dr.GRPO's advantage
-  and aggregation and two epochs (the rollout's top-K serves the old distribution in both);
-- ``legacy``: verl's legacy trainer (``trainer.use_v1=false``) through TROLL's task runner, ``sync``'s settings.
+- ``async_``: verl's own ``main_ppo`` on its ``colocate_async`` trainer with the one override (stale data), 4 steps, a
+  checkpoint at step 2 while step 3's batch is in flight;
+- ``async_resumed``: resumes from it, verl's own ``main_ppo`` in bypass mode with the rollout's top-K as the old
+  distribution, asked for through verl's keys alone (what ``python -m troll_verl.main`` sets: the rollout's
+  ``custom.troll_topk`` and ``max_logprobs``, TROLL's agent-loop manager), with Dr.GRPO's advantage and aggregation
+  and two epochs;
+- ``legacy``: verl's own ``main_ppo`` on its legacy trainer (``trainer.use_v1=false``) in bypass mode with the one
+  override (no rollout top-K asked for: TROLL's worker recomputes the old top-K from the weights), ``sync``'s
+  settings.
 
 Two more launches, ``sigkill`` and ``outer_timeout``, end the quickstart from outside once vLLM's engine runs (SIGKILL;
 an outer ``timeout``'s SIGTERM); their tests check that no process of the run survives.
@@ -47,14 +51,24 @@ from omegaconf import OmegaConf
 
 from troll_verl.assets.tiny import build_assets
 from troll_verl.assets.tiny.task import DATA_SOURCE, compute_score
+from troll_verl.bypass.mode import TOPK_AGENT_LOOP_MANAGER
+from troll_verl.rollout import SEEDED_AGENT_LOOP_MANAGER
 from troll_verl.testing.runs import Launches, RunTag, wait_until
 from troll_verl.tools.quickstart import REWARD_KEY, read_metrics, run_trainer, tiny_cpu_overrides
 
 # a launch's limit: about 3x what one beside another costs here (150-166 s measured, each of the first four)
 RUN_TIMEOUT_S = 480
 BOUND = 0.05
-COLOCATE_ASYNC = ["trainer.v1.trainer_mode=troll_colocate_async", "trainer.v1.colocate_async.num_warmup_batches=1"]
+COLOCATE_ASYNC = ["trainer.v1.trainer_mode=colocate_async", "trainer.v1.colocate_async.num_warmup_batches=1"]
+# verl's main_ppo runs no resource guard: say it explicitly (1 TQ controller + 1 storage unit + 3)
+VERLS_OWN = ("ray_kwargs.ray_init.num_cpus=5", "++ray_kwargs.ray_init.num_gpus=1")
 BYPASS = "algorithm.rollout_correction.bypass_mode=true"
+# bypass mode's rollout top-K through verl's keys alone: what troll_verl.main sets (troll_verl/bypass/mode.py)
+ROLLOUT_TOPK = (
+    "+actor_rollout_ref.rollout.custom.troll_topk=64",
+    "+actor_rollout_ref.rollout.engine_kwargs.vllm.max_logprobs=64",
+    f"+actor_rollout_ref.rollout.agent.agent_loop_manager_class={TOPK_AGENT_LOOP_MANAGER}",
+)
 # Dr.GRPO (recipe/troll/common.sh VARIANT=drgrpo): no division by the group's std, the sum over a sequence's tokens
 DRGRPO = ["algorithm.norm_adv_by_std_in_grpo=False", "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-sum-norm"]
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(3 * RUN_TIMEOUT_S)]
@@ -109,9 +123,7 @@ def _sync(assets, run_dir: str) -> Run:
         assets,
         run_dir,
         *WHOLE_BATCH_TWO_EPOCHS,
-        # verl's main_ppo runs no resource guard: say it explicitly (1 TQ controller + 1 storage unit + 3)
-        "ray_kwargs.ray_init.num_cpus=5",
-        "++ray_kwargs.ray_init.num_gpus=1",
+        *VERLS_OWN,
         "trainer.save_freq=2",
         f"trainer.rollout_data_dir={run_dir}/rollouts",
         module="verl.trainer.main_ppo",
@@ -172,12 +184,23 @@ def _sync_resumed(assets, launches: Launches, out_dir, fake_gpu) -> Run:
 
 
 def _legacy(assets, run_dir: str) -> Run:
-    """verl's legacy trainer (trainer.use_v1=false) with TROLL: TROLL's task runner, the ``sync`` run's settings."""
-    return _train(assets, run_dir, "trainer.use_v1=false", *WHOLE_BATCH_TWO_EPOCHS, steps=2)
+    """verl's own main_ppo on its legacy trainer in bypass mode with the one override, the ``sync`` run's settings; the
+    seeded loop's manager named by verl's key, as troll_verl.main does on that trainer (the CPU runs' seeded loop)."""
+    return _train(
+        assets,
+        run_dir,
+        "trainer.use_v1=false",
+        BYPASS,
+        f"+actor_rollout_ref.rollout.agent.agent_loop_manager_class={SEEDED_AGENT_LOOP_MANAGER}",
+        *WHOLE_BATCH_TWO_EPOCHS,
+        *VERLS_OWN,
+        steps=2,
+        module="verl.trainer.main_ppo",
+    )
 
 
 def _async(assets, run_dir: str) -> Run:
-    return _train(assets, run_dir, "trainer.save_freq=2", *COLOCATE_ASYNC)
+    return _train(assets, run_dir, "trainer.save_freq=2", *COLOCATE_ASYNC, *VERLS_OWN, module="verl.trainer.main_ppo")
 
 
 def _async_resumed(assets, launches: Launches, run_dir: str) -> Run:
@@ -188,11 +211,14 @@ def _async_resumed(assets, launches: Launches, run_dir: str) -> Run:
         assets,
         run_dir,
         BYPASS,
+        *ROLLOUT_TOPK,
         *COLOCATE_ASYNC,
         *DRGRPO,
+        *VERLS_OWN,
         "actor_rollout_ref.actor.ppo_epochs=2",
         "trainer.resume_mode=resume_path",
         f"trainer.resume_from_path={saved}",
+        module="verl.trainer.main_ppo",
     )
 
 
@@ -320,20 +346,25 @@ def test_the_same_seed_samples_the_same_answers_whatever_the_loss(sync, sync_res
     assert _answers(sync_resumed.dir, 3) == answers
 
 
-def test_troll_on_verls_legacy_trainer(legacy, sync):
-    """TROLL through verl's RayPPOTrainer trains, projects and keeps the bound; with the same seed and data its first
-    step samples the v1 run's answers (the same rewards and old-pass entropy), its first update has the v1 route's
-    loss and gradient norm, and step 2 then samples from the same weights (the same entropy and rewards again).
-    TROLL's token shares are means of micro-batch means, and each trainer orders the batch its own way: not compared."""
+def test_troll_on_verls_legacy_trainer_in_bypass_mode(legacy, sync):
+    """TROLL through verl's own main_ppo on its RayPPOTrainer, in bypass mode with the one override: verl skips its
+    old-log-prob pass and asks the rollout for no top-K, so TROLL's worker recomputes the old top-K from the weights
+    before the first optimizer step (one no-grad pass a step) and its old log-probs replace the rollout's. It trains,
+    projects and keeps the bound; with the same seed and data its first step samples the v1 run's answers (the same
+    rewards), its first update has the v1 route's loss and gradient norm (the same old policy, from the same
+    weights), and step 2 then samples from the same weights (the same rewards again). TROLL's token shares are means
+    of micro-batch means, and each trainer orders the batch its own way: not compared."""
     legacy.check()
     sync.check()
     assert legacy.steps == [1, 2]
-    assert "TROLL TaskRunner (legacy trainer)" in legacy.log
+    assert "TROLL TaskRunner" not in legacy.log and "troll_verl.integration.trainer" not in legacy.log
     _assert_troll_projected_and_kept_the_bound(legacy.rows)
+    for row in legacy.rows:
+        assert "actor/entropy" not in row  # verl's old-log-prob pass did not run
+        assert row["actor/troll/old_pass_reused_frac"] == 0.0 and row["actor/troll/old_pass_recompute_s"] > 0
+        assert row["actor/troll/old_from_rollout"] == 0.0
     for step in (0, 1):
-        row, v1 = legacy.rows[step], sync.rows[step]
-        assert row[REWARD_KEY] == v1[REWARD_KEY]
-        assert row["actor/entropy"] == pytest.approx(v1["actor/entropy"], rel=1e-4)
+        assert legacy.rows[step][REWARD_KEY] == sync.rows[step][REWARD_KEY]
     for key in ("actor/pg_loss", "actor/grad_norm"):
         assert legacy.rows[0][key] == pytest.approx(sync.rows[0][key], rel=1e-4), key
 
@@ -358,9 +389,11 @@ def test_clip_baseline_through_the_quickstart_cli(sync_resumed):
 
 # ------------------------------------------------------------------------------- colocate_async (stale data)
 def test_troll_in_colocate_async_trains_on_stale_data_and_keeps_the_bound(async_):
-    """verl's colocate_async trainer (partial rollouts, one warm-up batch ahead) with TROLL, on verl's vLLM rollout:
-    the data is stale (generated by an older policy), and TROLL projects inside the bound."""
+    """verl's own main_ppo on its colocate_async trainer (partial rollouts, one warm-up batch ahead) with the one
+    override, on verl's vLLM rollout: the data is stale (generated by an older policy), and TROLL projects inside the
+    bound."""
     rows = async_.check().rows
+    assert "troll_verl.integration.trainer" not in async_.log
     assert async_.steps == [1, 2, 3, 4]
     assert max(r["training/off_policy/trajectory_staleness_worst/max"] for r in rows) >= 1
     _assert_troll_projected_and_kept_the_bound(rows)
@@ -378,15 +411,16 @@ def test_colocate_async_checkpoint_and_resume(async_, async_resumed):
 
 
 def test_troll_in_bypass_mode_takes_the_old_distribution_from_vllm(async_resumed):
-    """bypass_mode=true (troll_verl.bypass): the old distribution is the vLLM rollout's top-K and the actor's
-    old-log-prob pass never runs. verl writes ``actor/entropy`` right after that pass, and it is absent; TROLL's actor
-    worker turns the rollout's top-K (carried across the asynchronous client's resumed chunks) into the old
-    distribution with no pass of its own in either epoch, reports its tail mass, and keeps the bound on every token.
+    """bypass_mode=true (troll_verl.bypass) through verl's own main_ppo, the rollout's top-K asked for by verl's keys
+    (the vLLM replica is the plugin's; TROLL's agent-loop manager hands its workers the client that keeps the top-K
+    across the asynchronous trainer's resumed chunks): the old distribution is the vLLM rollout's top-K and the
+    actor's old-log-prob pass never runs. verl writes ``actor/entropy`` right after that pass, and it is absent; TROLL's
+    actor worker turns the rollout's top-K into the old distribution with no pass of its own in either epoch, reports
+    its tail mass, and keeps the bound on every token.
     Bypass mode where the mismatch is rounding only runs on the real model (tests/e2e/test_recipes_on_cpu.py)."""
     run = async_resumed.check()
     config = OmegaConf.load(os.path.join(run.dir, "hydra", ".hydra", "config.yaml"))
     assert config.actor_rollout_ref.actor.ppo_epochs == 2
-    assert "TROLL bypass mode: no old-log-prob pass" in run.log
     assert run.steps == [3, 4]
     for r in run.rows:
         assert "actor/entropy" not in r  # the actor's old-log-prob pass did not run

@@ -38,18 +38,19 @@ def _ok(result: subprocess.CompletedProcess) -> str:
 
 
 @pytest.mark.route
-def test_import_verl_alone_registers_loss_and_trainer():
+def test_import_verl_alone_registers_the_loss_and_no_trainer():
+    """The plugin registers loss troll and TROLL's actor worker, and no trainer: verl's own trainers run TROLL."""
     out = _ok(
         _run(
             """
             import verl
             from verl.trainer.ppo.core_algos import get_policy_loss_fn
-            from verl.trainer.ppo.v1 import get_trainer_cls
-            print(get_policy_loss_fn("troll").__module__, get_trainer_cls("troll").__name__)
+            from verl.trainer.ppo.v1.trainer_base import TRAINER_REGISTRY
+            print(get_policy_loss_fn("troll").__module__, sorted(n for n in TRAINER_REGISTRY if "troll" in n))
             """
         )
     )
-    assert out.split() == ["troll_verl.integration.plugin", "TrollTrainer"]
+    assert out.split() == ["troll_verl.integration.plugin", "[]"]
 
 
 def test_import_verl_stays_cheap():
@@ -59,7 +60,7 @@ def test_import_verl_stays_cheap():
             """
             import sys, verl
             heavy = ["verl.trainer.ppo.v1.trainer_base", "verl.trainer.ppo.core_algos", "troll_verl.core.losses",
-                     "troll_verl.integration.trainer", "troll_verl.platform.vllm_cpu", "vllm"]
+                     "troll_verl.bypass.vllm_replica", "troll_verl.platform.vllm_cpu", "vllm"]
             print([m for m in heavy if m in sys.modules], "troll_verl.integration.plugin" in sys.modules)
             """
         )
@@ -103,7 +104,7 @@ def test_registered_loss_called_by_plain_ppo_loss_names_the_fix():
     import troll_verl.integration.plugin  # noqa: F401
 
     # stock verl: TROLL's actor training worker is missing from this process; the seam: the settings class
-    with pytest.raises(ValueError, match="actor training worker.*not installed|trainer.v1.trainer_mode=troll"):
+    with pytest.raises(ValueError, match="actor training worker.*not installed|python -m troll_verl.main"):
         get_policy_loss_fn("troll")(None, None, None, None, config=object())
 
 
@@ -208,22 +209,6 @@ def test_policy_loss_name_collision_is_refused():
     assert out.returncode != 0 and "already has 'troll'" in out.stderr and "overwrite" in out.stderr
 
 
-def test_trainer_name_collision_is_refused():
-    out = _run(
-        """
-        from verl.trainer.ppo.v1.trainer_base import TRAINER_REGISTRY, PPOTrainer
-        import troll_verl.integration.plugin as p
-        import troll_verl.integration.trainer as t
-        assert TRAINER_REGISTRY["troll"] is t.TrollTrainer  # registered by the plugin's hooks
-        class Other(PPOTrainer):
-            pass
-        TRAINER_REGISTRY["troll"] = Other
-        p._register_trainers(t)
-        """
-    )
-    assert out.returncode != 0 and "trainer registry already has 'troll'" in out.stderr
-
-
 def test_cpu_platform_only_with_the_switch():
     code = """
         import verl
@@ -267,30 +252,3 @@ def test_cpu_platform_is_never_auto_detected():
     assert str(platform.current_device()) == "cpu" and platform.device_module.max_memory_allocated() == 0
     free, total = platform.device_module.mem_get_info()
     assert 0 < free <= total
-
-
-def test_detach_cpu_copy_breaks_the_alias_that_cpu_makes():
-    """On the CPU ``.cpu()`` returns the same storage; the copy must not follow later in-place updates."""
-    import torch
-
-    from troll_verl.platform.cpu import detach_cpu_copy
-
-    param = torch.ones(3)
-    spec = object()
-    saved = ({"w": (param.detach().cpu(), spec)}, spec)  # what verl's fsdp2_sharded_save_to_cpu returns
-    copied = detach_cpu_copy(saved)
-    param.add_(1.0)
-    assert torch.equal(saved[0]["w"][0], param)  # verl's own save aliased the live parameter
-    assert torch.equal(copied[0]["w"][0], torch.ones(3)) and copied[0]["w"][1] is spec and copied[1] is spec
-
-
-def test_the_detach_worker_finds_a_saved_state_that_aliases_its_parameters():
-    import torch
-
-    from troll_verl.integration.ray_workers import _aliases_parameters
-    from troll_verl.platform.cpu import detach_cpu_copy
-
-    module = torch.nn.Linear(3, 2)
-    saved = ({name: (p.detach().cpu(), None) for name, p in module.named_parameters()}, None)
-    assert _aliases_parameters(saved, module)  # on the CPU verl's save is the live storage
-    assert not _aliases_parameters(detach_cpu_copy(saved), module)

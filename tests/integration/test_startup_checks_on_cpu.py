@@ -106,7 +106,7 @@ def test_the_driver_refuses_troll_when_the_workers_would_not_load_the_plugin(mon
         startup.check_plugin_active(_config(ACTOR_SDPA))
     msg = str(err.value)
     assert f"not active in the driver on node {HOST}" in msg and "VERL_USE_EXTERNAL_PLUGINS=none" in msg
-    assert "trainer.v1.trainer_mode=troll" in msg and "Fix: unset VERL_USE_EXTERNAL_PLUGINS" in msg
+    assert "policy_loss.loss_mode=troll" in msg and "Fix: unset VERL_USE_EXTERNAL_PLUGINS" in msg
     assert "docs/install.md#clusters" in msg
     # a run that asks for no TROLL (verl's own trainer, clip) needs no plugin
     startup.check_plugin_active(
@@ -192,7 +192,7 @@ def test_each_worker_refuses_where_the_plugin_is_not_active():
     lines = [line for line in proc.stdout.splitlines() if line.startswith(("REFUSED", "STARTED", "plugin"))]
     assert len(lines) == 3 and lines[-1] == "plugin loaded: False", proc.stdout
     for line, process in zip(lines[:2], ("the language_model worker", "the value_model worker"), strict=True):
-        assert line.startswith("REFUSED This run asks for TROLL (TROLL's trainer started this worker)"), line
+        assert line.startswith("REFUSED This run asks for TROLL (TROLL's worker started in this process)"), line
         assert f"not active in {process} on node {HOST}: VERL_USE_EXTERNAL_PLUGINS=none" in line, line
 
 

@@ -64,24 +64,28 @@ def test_installed_vllm_is_the_cpu_build_verl_accepts():
 
 
 def test_cpu_refit_replaces_verls_vllm_replica_only_on_the_cpu_platform():
-    """The replica (the server and its engine's extension) and the trainer-side sender, both or neither."""
+    """The plugin's rollout ``vllm`` is verl's replica (with bypass mode's top-K server, inactive unless the rollout
+    config asks); on the CPU platform it is the CPU refit's replica and sender, both or neither."""
     code = """
         import verl
         from verl.workers.rollout.base import get_rollout_class
         from verl.workers.rollout.replica import get_rollout_replica_class
-        for cls in (get_rollout_replica_class("vllm"), get_rollout_class("vllm", "async")):
-            print(cls.__module__, cls.__name__)
+        replica = get_rollout_replica_class("vllm")
+        print(replica.__module__, replica.__name__, replica.__mro__[1].__module__, replica.__mro__[1].__name__)
+        sender = get_rollout_class("vllm", "async")
+        print(sender.__module__, sender.__name__)
         """
     off = _run(code)
     assert off.returncode == 0, off.stderr[-3000:]
     assert [line.split() for line in off.stdout.strip().splitlines()[-2:]] == [
-        ["verl.workers.rollout.vllm_rollout.vllm_async_server", "vLLMReplica"],
+        ["troll_verl.bypass.vllm_replica", "TopKvLLMReplica", "verl.workers.rollout.vllm_rollout.vllm_async_server",
+         "vLLMReplica"],
         ["verl.workers.rollout.vllm_rollout.vllm_rollout", "ServerAdapter"],
-    ]
+    ]  # fmt: skip
     on = _run(code, VERL_PLATFORM="cpu")
     assert on.returncode == 0, on.stderr[-3000:]
     assert [line.split() for line in on.stdout.strip().splitlines()[-2:]] == [
-        ["troll_verl.platform.vllm_cpu", "CPUvLLMReplica"],
+        ["troll_verl.bypass.vllm_replica", "TopKCPUvLLMReplica", "troll_verl.platform.vllm_cpu", "CPUvLLMReplica"],
         ["troll_verl.platform.vllm_cpu", "CPUServerAdapter"],
     ]
 
@@ -162,7 +166,7 @@ def test_another_plugins_vllm_replica_is_not_overwritten():
         from verl.workers.rollout import replica
         replica.RolloutReplicaRegistry.register("vllm", lambda: None)
         import troll_verl.integration.plugin as p
-        p._register_cpu_vllm_replica(replica)
+        p._register_vllm_replica(replica)
         """,
         VERL_PLATFORM="cpu",
     )

@@ -654,7 +654,7 @@ def cpu_cells(workdir, data_dir) -> tuple[subprocess.CompletedProcess, dict[str,
 def test_cpu_mode_carries_the_cpu_platforms_overrides(tmp_path, data_dir):
     """The CPU mode's copy of troll_verl/platform/cpu.py's overrides is complete, and it comes after the script's own
     arrays (it overrides them) and before the passthrough arguments."""
-    from troll_verl.platform.cpu import CPU_ENGINE_OVERRIDES, CPU_VLLM_OVERRIDES
+    from troll_verl.platform.cpu import CPU_ENGINE_OVERRIDES, CPU_TRAINER_OVERRIDES, CPU_VLLM_OVERRIDES
 
     record = tmp_path / "cell.cmd"
     env = _env(data_dir, CPU="1", DRY_RUN="1", DRY_RUN_RECORD=str(record), VARIANT="ppo", OFFLOAD="1", SP_SIZE="2")
@@ -664,7 +664,7 @@ def test_cpu_mode_carries_the_cpu_platforms_overrides(tmp_path, data_dir):
     # the CPU mode's array starts with the actor's strategy (the script's ACTOR array sets it too, earlier)
     start = len(argv) - 1 - argv[::-1].index("actor_rollout_ref.actor.strategy=fsdp2")
     cpu_part = argv[start:-1]
-    assert not set(CPU_ENGINE_OVERRIDES + CPU_VLLM_OVERRIDES) - set(cpu_part)
+    assert not set(CPU_ENGINE_OVERRIDES + CPU_VLLM_OVERRIDES + CPU_TRAINER_OVERRIDES) - set(cpu_part)
     overridden = [
         "actor_rollout_ref.actor.fsdp_config.param_offload",
         "trainer.n_gpus_per_node",

@@ -226,10 +226,10 @@ def test_the_replica_check_refuses_exactly_what_verls_replica_refuses(rollout_tp
 
 
 # ------------------------------------------------------------------------------------------------------------
-# trainer modes: the whole dry run (compose, prepare, dataclasses, start-up checks) per TROLL trainer mode
+# trainer modes: the whole dry run (compose, prepare, dataclasses, start-up checks) per verl trainer mode
 # ------------------------------------------------------------------------------------------------------------
 SEPARATE_ASYNC = [
-    "trainer.v1.trainer_mode=troll_separate_async",
+    "trainer.v1.trainer_mode=separate_async",
     "actor_rollout_ref.rollout.nnodes=1",
     "actor_rollout_ref.rollout.n_gpus_per_node=2",
     "actor_rollout_ref.rollout.checkpoint_engine.backend=nccl",
@@ -248,14 +248,14 @@ def _dry_run(*overrides):
     return dr.dry_run(prepare(dr.without_model_loading(config)))
 
 
-@pytest.mark.parametrize("mode", ["troll", "troll_sync", "troll_colocate_async"])
+@pytest.mark.parametrize("mode", ["sync", "colocate_async"])
 def test_dry_run_accepts_troll_in_each_colocated_mode(gpu_node_env, mode):
     summary = _dry_run(f"trainer.v1.trainer_mode={mode}", "actor_rollout_ref.actor.policy_loss.kernels=torch")
     assert summary["trainer_mode"] == mode and summary["loss_mode"] == "troll" and summary["warnings"] == []
     assert summary["kernels"] == "torch"  # the config's kernel choice, reported
 
 
-@pytest.mark.parametrize("mode", ["troll", "troll_colocate_async"])
+@pytest.mark.parametrize("mode", ["sync", "colocate_async"])
 def test_dry_run_accepts_troll_in_bypass_mode(gpu_node_env, mode):
     """The old distribution from the rollout (troll_verl.bypass.mode): verl's bypass mode with TROLL validates."""
     summary = _dry_run(f"trainer.v1.trainer_mode={mode}", "algorithm.rollout_correction.bypass_mode=true")
@@ -264,7 +264,7 @@ def test_dry_run_accepts_troll_in_bypass_mode(gpu_node_env, mode):
 
 def test_dry_run_validates_separate_async_and_says_it_has_not_run(gpu_node_env):
     summary = _dry_run(*SEPARATE_ASYNC)
-    assert summary["trainer_mode"] == "troll_separate_async"
+    assert summary["trainer_mode"] == "separate_async"
     (warning,) = summary["warnings"]
     assert "separate_async with TROLL has not run end to end" in warning
 

@@ -19,8 +19,9 @@ the rollout policy μ itself: π̃/μ is the true importance weight, the KL boun
 tokens, and one actor forward pass per step goes away. Everything of it but the vLLM server side lives here:
 
 - :func:`check_bypass_config`: the refusals, each naming the fix (called by ``validate_troll_config``);
-- :func:`prepare_bypass`: TROLL's trainer in bypass mode sets ``rollout.custom.troll_topk = K`` and
-  ``engine_kwargs.vllm.max_logprobs >= K``, and installs the top-K vLLM replica as rollout ``vllm``;
+- :func:`prepare_bypass`: ``python -m troll_verl.main`` in bypass mode sets ``rollout.custom.troll_topk = K``,
+  ``engine_kwargs.vllm.max_logprobs >= K`` and, on the asynchronous trainers, TROLL's agent-loop manager; the plugin's
+  ``vllm`` replica then returns the top-K;
 - :func:`old_fields_from_batch`: TROLL's actor training worker finds the rollout's top-K on its update's batch
   (:func:`rollout_topk`) and turns it, aligned and put through the mass rule (:func:`old_fields_from_rollout`), into
   the old fields (:mod:`troll_verl.integration.workers`).
@@ -43,7 +44,6 @@ import inspect
 import torch
 from omegaconf import OmegaConf, open_dict
 
-from troll_verl.compat import rollout_replica_loader
 from troll_verl.core.config import TrollConfig
 from troll_verl.core.layout import OLD_FIELDS
 from troll_verl.rollout import SEEDED_AGENT_LOOP
@@ -56,7 +56,7 @@ __all__ = [
     "check_bypass_config",
     "check_bypass_seams",
     "prepare_bypass",
-    "install_topk_rollout",
+    "TOPK_AGENT_LOOP_MANAGER",
     "old_fields_from_rollout",
     "rollout_topk",
     "old_fields_from_batch",
@@ -64,6 +64,9 @@ __all__ = [
 
 _VLLM = "vllm"
 _ROLLOUT = "actor_rollout_ref.rollout"
+# actor_rollout_ref.rollout.agent.agent_loop_manager_class in bypass mode on verl's asynchronous trainers
+# (troll_verl.bypass.agent_loop, imported by verl from this name only where the key is set)
+TOPK_AGENT_LOOP_MANAGER = "troll_verl.bypass.agent_loop.TopKAgentLoopManager"
 
 
 def bypass_requested(config) -> bool:
@@ -153,11 +156,15 @@ def check_bypass_config(config, settings: TrollConfig) -> None:
 
 
 def prepare_bypass(config, settings: TrollConfig) -> int:
-    """Set up a validated bypass-mode config for TROLL's trainer; returns K.
+    """Set up a validated bypass-mode config before Ray starts (``python -m troll_verl.main``); returns K.
 
-    Sets ``rollout.custom.troll_topk = K`` (the server returns the top-K) and ``engine_kwargs.vllm.max_logprobs``
-    where unset, and installs the top-K vLLM replica as rollout ``vllm`` in this process
-    (:func:`install_topk_rollout`).
+    Sets ``rollout.custom.troll_topk = K`` (the vLLM server returns the top-K: the plugin's ``vllm`` replica,
+    :func:`troll_verl.integration.plugin.load_vllm_replica`) and ``engine_kwargs.vllm.max_logprobs`` where unset; on
+    verl's asynchronous v1 trainers also ``rollout.agent.agent_loop_manager_class``
+    (:mod:`troll_verl.bypass.agent_loop`: their client would drop the top-K of resumed requests).
+
+    Raises:
+        ValueError: where the run names an agent-loop manager of its own on an asynchronous trainer.
     """
     check_bypass_seams()
     k = settings.topk
@@ -172,7 +179,17 @@ def prepare_bypass(config, settings: TrollConfig) -> int:
             rollout.engine_kwargs[_VLLM] = {}
         if rollout.engine_kwargs[_VLLM].get("max_logprobs") is None:
             rollout.engine_kwargs[_VLLM].max_logprobs = k
-    install_topk_rollout()
+    if _async_v1(config):
+        own = OmegaConf.select(config, f"{_ROLLOUT}.agent.agent_loop_manager_class", default=None)
+        if own not in (None, TOPK_AGENT_LOOP_MANAGER):
+            raise ValueError(
+                f"TROLL's bypass mode on verl's asynchronous trainers needs its agent-loop manager "
+                f"({TOPK_AGENT_LOOP_MANAGER}), whose client keeps the rollout's top-K of resumed requests, and "
+                f"{_ROLLOUT}.agent.agent_loop_manager_class={own}. Unset it, or set "
+                "algorithm.rollout_correction.bypass_mode=false (the actor recomputes the old distribution)."
+            )
+        with open_dict(config):
+            config.actor_rollout_ref.rollout.agent.agent_loop_manager_class = TOPK_AGENT_LOOP_MANAGER
     # NOTE: print, as verl's trainer does: Ray's TaskRunner has no handler for INFO log records
     print(
         f"TROLL bypass mode: no old-log-prob pass; the old distribution is the vLLM rollout's top-{k} (mass rule "
@@ -182,35 +199,11 @@ def prepare_bypass(config, settings: TrollConfig) -> int:
     return k
 
 
-def _load_topk_replica():
-    from troll_verl.platform.cpu import cpu_platform_requested
-
-    from .vllm_replica import TopKCPUvLLMReplica, TopKvLLMReplica
-
-    return TopKCPUvLLMReplica if cpu_platform_requested() else TopKvLLMReplica
-
-
-def install_topk_rollout() -> None:
-    """Register the top-K vLLM replica as rollout ``vllm`` in verl's replica registry (this process only).
-
-    verl's own loader (or the CPU platform's) is replaced; the name stays ``vllm``. The servers behave exactly as
-    verl's unless ``rollout.custom.troll_topk`` is set.
-
-    Raises:
-        RuntimeError: when another plugin owns rollout ``vllm``.
-    """
-    import verl.workers.rollout.replica as replica_module
-    from verl.workers.rollout.vllm_rollout.vllm_async_server import vLLMReplica
-
-    registry = replica_module.RolloutReplicaRegistry
-    existing = rollout_replica_loader(_VLLM)
-    if existing is not None and existing is not _load_topk_replica and not issubclass(existing(), vLLMReplica):
-        raise RuntimeError(
-            f"verl's rollout registry maps {_VLLM!r} to {existing!r}, not a vLLM replica; TROLL's bypass mode cannot "
-            "install its top-K server there. Uninstall the other plugin, or set "
-            "algorithm.rollout_correction.bypass_mode=false."
-        )
-    registry.register(_VLLM, _load_topk_replica)
+def _async_v1(config) -> bool:
+    """Whether the run is on one of verl's asynchronous v1 trainers (whose client rebuilds resumed requests)."""
+    if not OmegaConf.select(config, "trainer.use_v1", default=True):
+        return False
+    return OmegaConf.select(config, "trainer.v1.trainer_mode", default="sync") != "sync"
 
 
 # verl 0.9 signatures this module relies on (checked by check_bypass_seams; tests/bypass/test_bypass_on_cpu.py)

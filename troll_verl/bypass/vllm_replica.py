@@ -17,7 +17,8 @@ The replicas keep the rollout name ``vllm`` (every ``rollout.name == "vllm"`` br
 :class:`TopKvLLMReplica` on GPU platforms, :class:`TopKCPUvLLMReplica` on the CPU platform (with its weight refit,
 :mod:`troll_verl.platform.vllm_cpu`). Their servers are verl's with
 :class:`~troll_verl.bypass.vllm_topk.TopKServerMixin` first in the bases;
-:func:`troll_verl.bypass.mode.install_topk_rollout` registers them.
+:func:`troll_verl.integration.plugin.load_vllm_replica` is the plugin's loader for rollout ``vllm``: the servers behave
+exactly as verl's unless the rollout config sets ``custom.troll_topk``.
 """
 
 from __future__ import annotations

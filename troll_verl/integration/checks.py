@@ -45,9 +45,6 @@ __all__ = [
     "ACTOR_RULES",
     "RUN_RULES",
     "prepare_troll_run",
-    "VERL_TRAINER_MODES",
-    "TROLL_TRAINER_MODES",
-    "troll_trainer_mode",
 ]
 
 logger = logging.getLogger(__name__)
@@ -68,25 +65,9 @@ def _policy_loss(config) -> Any:
     return OmegaConf.select(config, "actor_rollout_ref.actor.policy_loss")
 
 
-# verl's v1 trainer modes (trainer.v1.trainer_mode) that TROLL extends
-VERL_TRAINER_MODES = ("sync", "colocate_async", "separate_async")
-
-
-def troll_trainer_mode(base_mode: str) -> str:
-    """The ``trainer.v1.trainer_mode`` that runs TROLL on verl's ``base_mode`` trainer (``sync`` -> ``troll``)."""
-    return "troll" if base_mode == "sync" else f"troll_{base_mode}"
-
-
-# every trainer.v1.trainer_mode that selects a TROLL trainer
-TROLL_TRAINER_MODES = (*(troll_trainer_mode(mode) for mode in VERL_TRAINER_MODES), "troll_sync")
-
-
 def troll_requested(config) -> bool:
-    """True when a full verl config asks for TROLL: its loss (:func:`uses_troll`) or one of TROLL's trainers."""
-    from omegaconf import OmegaConf
-
-    mode = OmegaConf.select(config, "trainer.v1.trainer_mode", default=None)
-    return uses_troll(_policy_loss(config)) or mode in TROLL_TRAINER_MODES
+    """True when a full verl config asks for TROLL's loss (:func:`uses_troll`)."""
+    return uses_troll(_policy_loss(config))
 
 
 def _value(node: Any, dotted: str, default: Any = None) -> Any:
@@ -254,10 +235,44 @@ def _rule_trainer(config) -> None:
             "This verl runs only its legacy trainer (verl.trainer.main_ppo has no v1 task runner), and "
             "trainer.use_v1=true asks for the v1 one. Set trainer.use_v1=false."
         )
-    mode = OmegaConf.select(config, "trainer.v1.trainer_mode", default="sync")
-    if str(mode).startswith("troll") and mode not in TROLL_TRAINER_MODES:
+    mode = str(OmegaConf.select(config, "trainer.v1.trainer_mode", default="sync"))
+    if mode.startswith("troll"):
+        # troll-verl's trainer subclasses are gone: verl's own trainers run TROLL through its actor worker
+        base = mode.removeprefix("troll").removeprefix("_") or "sync"
         raise ValueError(
-            f"trainer.v1.trainer_mode={mode} is not one of TROLL's trainers; use one of {list(TROLL_TRAINER_MODES)}."
+            f"trainer.v1.trainer_mode={mode} was troll-verl's trainer, which is gone: verl's own trainers run TROLL "
+            f"through its actor worker (loss_mode=troll). Set trainer.v1.trainer_mode={base}."
+        )
+
+
+def _rule_separate_async(config) -> None:
+    from omegaconf import OmegaConf
+
+    from troll_verl.platform.cpu import cpu_platform_requested
+
+    if OmegaConf.select(config, "trainer.v1.trainer_mode", default="sync") != "separate_async":
+        return
+    if cpu_platform_requested():
+        # NOTE: verl's separate_async saves pi_old with fsdp2_sharded_save_to_cpu (verl/utils/fsdp_utils.py), whose
+        # .cpu() returns the live storage of parameters already on the CPU: pi_old would follow every update
+        raise ValueError(
+            "trainer.v1.trainer_mode=separate_async on the CPU platform: verl saves pi_old with .cpu(), which aliases "
+            "parameters that already live on the CPU (verl/utils/fsdp_utils.py, fsdp2_sharded_save_to_cpu), and its "
+            "checkpoint engines need NCCL-class backends. Use trainer.v1.trainer_mode=colocate_async on the CPU."
+        )
+    offload = OmegaConf.select(config, "actor_rollout_ref.actor.fsdp_config.param_offload", default=False)
+    sync_step = OmegaConf.select(config, "trainer.v1.separate_async.parameter_sync_step", default=1) or 1
+    strategy = OmegaConf.select(config, "actor_rollout_ref.actor.strategy", default="fsdp")
+    if offload and int(sync_step) > 1 and strategy != "fsdp":
+        # NOTE: the same aliasing on a GPU: offloaded parameters live on the CPU between calls, so the saved pi_old of
+        # each local step aliases them and restoring pi_old overwrites the step's update, for clip as for TROLL
+        raise ValueError(
+            "trainer.v1.trainer_mode=separate_async with actor_rollout_ref.actor.fsdp_config.param_offload=true and "
+            f"trainer.v1.separate_async.parameter_sync_step={sync_step} on {strategy}: verl's "
+            "fsdp2_sharded_save_to_cpu (verl/utils/fsdp_utils.py) keeps .cpu() of parameters that offload already put "
+            "on the CPU, so restoring pi_old overwrites every local step's update. Set "
+            "actor_rollout_ref.actor.fsdp_config.param_offload=false (on a dedicated trainer pool it only costs time) "
+            "or trainer.v1.separate_async.parameter_sync_step=1."
         )
 
 
@@ -268,7 +283,7 @@ def _rule_distillation(config) -> None:
         check_loss_closure("distillation_ppo_loss")
 
 
-RUN_RULES = (_rule_trainer, _rule_distillation)
+RUN_RULES = (_rule_trainer, _rule_separate_async, _rule_distillation)
 
 
 def validate_troll_config(config) -> TrollPolicyLossConfig:
@@ -292,12 +307,13 @@ def validate_troll_config(config) -> TrollPolicyLossConfig:
 
 
 def prepare_troll_run(config) -> TrollPolicyLossConfig | None:
-    """What TROLL's trainers (v1 and legacy) do to a full verl config before the workers start, in place.
+    """What ``python -m troll_verl.main`` does to a full verl config before Ray starts, in place.
 
     None where the run does not use TROLL. Else: validate (:func:`validate_troll_config`, refusals naming the fix),
     select TROLL's settings class where verl's stock one is named, on a verl with the policy-loss logits seam have
     verl's old-log-prob pass store the old top-K (``actor.calculate_old_topk``, where unset), and in bypass mode set
-    the rollout up to return its top-K (:func:`troll_verl.bypass.mode.prepare_bypass`).
+    the rollout up to return its top-K (:func:`troll_verl.bypass.mode.prepare_bypass`). Every change goes through
+    verl's own config keys, so the run is verl's ``main_ppo`` on that config.
 
     Returns:
         the validated TROLL settings, or None.
@@ -320,4 +336,12 @@ def prepare_troll_run(config) -> TrollPolicyLossConfig | None:
     if bypass_requested(config):
         # the rollout returns its top-K, which TROLL's actor training worker turns into the old distribution
         prepare_bypass(config, settings)
+        if seam.route() == seam.SEAM:
+            # NOTE: the mismatch metric lives in TROLL's loss function, which verl's own ppo_loss replaces on the seam
+            logger.warning(
+                "TROLL bypass mode on a verl with the policy-loss logits seam: troll/mismatch_kl and "
+                "troll/mismatch_projected_frac are not reported on this route (TROLL's loss function reports them on "
+                "stock verl), and this combination has not run end to end; check troll/projected_frac on the first "
+                "steps."
+            )
     return settings

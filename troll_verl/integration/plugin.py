@@ -28,15 +28,14 @@ TROLL's actor training      ``ActorRolloutRefWorker.actor_worker_cls``  when ``v
 worker (the CPU             (and ``ref_worker_cls`` on the CPU        loads
 platform's reference        platform)
 worker)
-trainers ``troll``,         ``ppo.v1.trainer_base.TRAINER_REGISTRY``  when ``verl.trainer.ppo.v1`` loads
-``troll_sync``,
-``troll_colocate_async``,
-``troll_separate_async``
+rollout ``vllm`` (verl's,    ``rollout.replica.RolloutReplicaRegistry``  when ``verl.workers.rollout.replica``
+with bypass mode's top-K                                              loads
+where the rollout config
+asks for it; the CPU
+refit on the CPU platform)
 platform ``cpu``            ``plugin.platform.PlatformRegistry``      now, only with ``VERL_PLATFORM=cpu``
 FSDP engines for ``cpu``    ``workers.engine.EngineRegistry``         when ``verl.workers.engine`` loads, only
                                                                       with ``VERL_PLATFORM=cpu``
-rollout ``vllm`` (CPU       ``rollout.replica.RolloutReplicaRegistry``  when ``verl.workers.rollout.replica``
-refit, replaces verl's)                                               loads, only with ``VERL_PLATFORM=cpu``
 its trainer-side sender     ``rollout.base`` ``("vllm", "async")``    when ``verl.workers.rollout.base``
 (CPU, replaces verl's)                                                loads, only with ``VERL_PLATFORM=cpu``
 agent loop                  verl's agent-loop registry (``register``)  when verl's single-turn agent loop
@@ -47,9 +46,9 @@ the ablations (solver,      the core's ``variants`` (not verl's)      with the p
 tail, old-side estimates)                                             TROLL's settings (likewise)
 ==========================  ========================================  =====================================
 
-Every registration at start-up is in this module, but for the agent loop, which registers itself with verl's
-decorator when this module loads it (:mod:`troll_verl.rollout.agent_loop`); bypass mode's trainer also replaces
-rollout ``vllm`` in its own process when a run asks for it (:func:`troll_verl.bypass.mode.install_topk_rollout`).
+Every registration is in this module, but for the agent loop, which registers itself with verl's decorator when
+this module loads it (:mod:`troll_verl.rollout.agent_loop`). No trainer is registered: verl's own trainers run TROLL
+through its actor worker, and what else a run needs goes through verl's config keys (``python -m troll_verl.main``).
 Each waits for its registry's module (a post-import hook: :func:`when_imported`) so that ``import verl`` stays
 cheap. NOTE: measured (docs/benchmarks.md, "Plugin import cost"): ``import verl`` takes 4.1 s here, and importing
 the four registry modules eagerly adds 4.2 s to every process that imports verl (Ray's TaskRunner, workers, vLLM
@@ -88,7 +87,6 @@ from ..compat import (
     engine_registry_entry,
     is_verls_rollout_loader,
     registered_policy_loss,
-    registered_trainer,
     rollout_class_path,
     rollout_replica_loader,
     set_rollout_class_path,
@@ -108,6 +106,7 @@ __all__ = [
     "troll_spec_fields",
     "troll_policy_loss_seam",
     "troll_policy_loss_stock",
+    "load_vllm_replica",
     "POLICY_LOSS_NAME",
     "VLLM_ROLLOUT_NAME",
 ]
@@ -182,8 +181,7 @@ def _troll_config(config):
     if not hasattr(policy_loss, "troll"):
         raise ValueError(
             "loss_mode=troll reads its settings from troll_verl.config.TrollPolicyLossConfig, but the actor's "
-            f"policy_loss is {type(policy_loss).__name__}. Run through TROLL's trainer "
-            "(trainer.v1.trainer_mode=troll, or python -m troll_verl.main), or set "
+            f"policy_loss is {type(policy_loss).__name__}. Run through python -m troll_verl.main, or set "
             "actor_rollout_ref.actor.policy_loss._target_=troll_verl.config.TrollPolicyLossConfig."
         )
     return config
@@ -289,31 +287,6 @@ def _install_worker_classes(engine_workers) -> None:
     importlib.import_module(_WORKERS_MODULE).install_worker_classes(engine_workers)
 
 
-_TRAINER_MODULE = "troll_verl.integration.trainer"
-
-
-def _register_trainers(trainer_module) -> None:
-    """Register every TROLL trainer (``TROLL_TRAINERS``) in verl's v1 registry, refusing a name another class has."""
-    from verl.trainer.ppo.v1 import register_trainer
-
-    for name, cls in trainer_module.TROLL_TRAINERS.items():
-        existing = registered_trainer(name)
-        if existing is not None and existing is not cls:
-            raise RuntimeError(
-                f"verl's trainer registry already has {name!r} ({existing.__module__}.{existing.__qualname__}); "
-                "uninstall the other plugin."
-            )
-    for name, cls in trainer_module.TROLL_TRAINERS.items():
-        register_trainer(name)(cls)
-
-
-def _load_trainers(_v1_package) -> None:
-    # verl's v1 trainers loaded: load TROLL's, whose own post-import hook registers them. Where TROLL's trainer module
-    # is the one importing v1 right now (it was imported first), that hook registers them once it is complete.
-    if _TRAINER_MODULE not in sys.modules:
-        importlib.import_module(_TRAINER_MODULE)
-
-
 def _register_cpu_engines(_engine_package) -> None:
     from verl.workers.engine import EngineRegistry
     from verl.workers.engine.fsdp.transformer_impl import FSDPEngineWithLMHead
@@ -334,20 +307,27 @@ def _register_cpu_engines(_engine_package) -> None:
                 EngineRegistry.register(model_type=model_type, backend=backend, device="cpu")(cls)
 
 
-def _load_cpu_vllm_replica():
-    return importlib.import_module("troll_verl.platform.vllm_cpu").CPUvLLMReplica
+def load_vllm_replica():
+    """The plugin's replica for rollout ``vllm``: verl's (on the CPU platform the CPU platform's, whose refit works
+    there: :mod:`troll_verl.platform.vllm_cpu`), with servers that return each generated token's top-K where bypass
+    mode's rollout config asks for it (``rollout.custom.troll_topk``) and behave exactly as verl's otherwise
+    (:mod:`troll_verl.bypass.vllm_replica`). verl calls it where it builds a replica (it imports vLLM)."""
+    from troll_verl.bypass.vllm_replica import TopKCPUvLLMReplica, TopKvLLMReplica
+    from troll_verl.platform.cpu import cpu_platform_requested
+
+    return TopKCPUvLLMReplica if cpu_platform_requested() else TopKvLLMReplica
 
 
-def _register_cpu_vllm_replica(replica_module) -> None:
-    # Replaces verl's loader for "vllm" (keeping the name keeps every rollout.name == "vllm" branch of verl); only
-    # ever called on the CPU platform, where verl's own refit cannot work (see troll_verl/platform/vllm_cpu.py).
+def _register_vllm_replica(replica_module) -> None:
+    # Replaces verl's loader for "vllm" (keeping the name keeps every rollout.name == "vllm" branch of verl)
     existing = rollout_replica_loader(VLLM_ROLLOUT_NAME)
-    if existing is not None and existing is not _load_cpu_vllm_replica and not is_verls_rollout_loader(existing):
+    if existing is not None and existing is not load_vllm_replica and not is_verls_rollout_loader(existing):
         raise RuntimeError(
             f"verl's rollout registry maps {VLLM_ROLLOUT_NAME!r} to {existing!r}, not verl's own vLLM replica; "
-            "troll-verl's CPU platform cannot install its CPU refit there. Uninstall the other plugin."
+            "troll-verl cannot install its vLLM replica (bypass mode's top-K, the CPU platform's refit) there. "
+            "Uninstall the other plugin."
         )
-    replica_module.RolloutReplicaRegistry.register(VLLM_ROLLOUT_NAME, _load_cpu_vllm_replica)
+    replica_module.RolloutReplicaRegistry.register(VLLM_ROLLOUT_NAME, load_vllm_replica)
 
 
 VERLS_SERVER_ADAPTER = "verl.workers.rollout.vllm_rollout.ServerAdapter"
@@ -375,7 +355,6 @@ def _register_cpu_platform() -> None:
     if PlatformRegistry.get(CPU_PLATFORM_NAME) is not platform_cls:
         PlatformRegistry.register(CPU_PLATFORM_NAME)(platform_cls)
     when_imported("verl.workers.engine", _register_cpu_engines)
-    when_imported("verl.workers.rollout.replica", _register_cpu_vllm_replica)
     when_imported("verl.workers.rollout.base", _register_cpu_server_adapter)
 
 
@@ -402,8 +381,7 @@ def register() -> None:
 
     when_imported("verl.trainer.ppo.core_algos", _register_policy_loss)
     when_imported("verl.workers.engine_workers", _install_worker_classes)
-    when_imported(_TRAINER_MODULE, _register_trainers)
-    when_imported("verl.trainer.ppo.v1", _load_trainers)
+    when_imported("verl.workers.rollout.replica", _register_vllm_replica)
     when_imported("verl.experimental.agent_loop.single_turn_agent_loop", _load_agent_loop)
     if cpu_platform_requested():
         _register_cpu_platform()

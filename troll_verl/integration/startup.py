@@ -157,10 +157,8 @@ def check_plugin_active(config) -> None:
     environ = {**os.environ, **{str(key): str(value) for key, value in env_vars.items()}}
     problem = plugin_problem(environ)
     if problem is not None:
-        mode = OmegaConf.select(config, "trainer.v1.trainer_mode", default=None)
         loss_mode = OmegaConf.select(config, "actor_rollout_ref.actor.policy_loss.loss_mode", default=None)
-        asked = f"actor_rollout_ref.actor.policy_loss.loss_mode={loss_mode}, trainer.v1.trainer_mode={mode}"
-        raise _plugin_refusal(asked, "the driver", problem)
+        raise _plugin_refusal(f"actor_rollout_ref.actor.policy_loss.loss_mode={loss_mode}", "the driver", problem)
 
 
 def _import_plugin() -> None:
@@ -181,7 +179,7 @@ def _check_plugin_loaded(process: str) -> None:
                 f"importing {PLUGIN_MODULE} fails ({type(exc).__name__}: {exc}); verl logs that at DEBUG only",
                 "fix that error in this node's Python environment",
             )
-    raise _plugin_refusal("TROLL's trainer started this worker", process, problem)
+    raise _plugin_refusal("TROLL's worker started in this process", process, problem)
 
 
 def _select(node: Any, path: str) -> Any:

@@ -40,10 +40,9 @@ policy-loss logits seam:
 
 Where verl has the seam (:func:`troll_verl.integration.seam.route`), verl's own worker runs TROLL and this
 class adds only the CPU platform's process group. This module imports only ``verl.workers.engine_workers`` of verl's
-workers (the module whose loading installs these classes); the Ray worker classes TROLL's trainers swap in are in
-:mod:`troll_verl.integration.ray_workers`. Every worker class here first runs TROLL's start-up checks in its
-own process (:func:`troll_verl.integration.startup.check_training_worker_start`) and initialises a ``gloo`` process
-group on the CPU platform (:func:`troll_verl.platform.cpu.init_cpu_process_group`).
+workers (the module whose loading installs these classes). Every worker class here first runs TROLL's start-up
+checks in its own process (:func:`troll_verl.integration.startup.check_training_worker_start`) and initialises a
+``gloo`` process group on the CPU platform (:func:`troll_verl.platform.cpu.init_cpu_process_group`).
 """
 
 from __future__ import annotations

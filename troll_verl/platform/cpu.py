@@ -77,6 +77,20 @@ CPU_VLLM_OVERRIDES = (
 )
 
 
+# Hydra overrides for verl's own trainers on the CPU platform, through supported keys (no trainer subclass):
+# - every Ray worker process of a verl worker group sets up its gloo group at start (Ray's documented
+#   worker_process_setup_hook, through verl's ray_kwargs): verl's critic is built from verl's TrainingWorker directly
+#   (no worker-class hook as the actor and reference have), and verl's own set-up asks torch for "cpu:gloo,cpu:gloo";
+# - the v1 trainers' replay buffer polls every CPU_REPLAY_POLL_S instead of verl's 2 s, the length of a whole CPU step
+#   (verl's custom-sampler key; the sampler is verl's ReplayBuffer or ReplayBufferAsync, by trainer mode).
+CPU_TRAINER_OVERRIDES = (
+    f"+ray_kwargs.ray_init.runtime_env.worker_process_setup_hook={__name__}.ray_worker_setup",
+    f"trainer.v1.sampler.custom_sampler.path=pkg://{__name__}",
+    "trainer.v1.sampler.custom_sampler.name=cpu_replay_buffer",
+)
+CPU_REPLAY_POLL_S = 0.05
+
+
 def cpu_platform_requested() -> bool:
     """True when the user selected the CPU platform with ``VERL_PLATFORM=cpu``."""
     return os.environ.get("VERL_PLATFORM", "").strip().lower() == CPU_PLATFORM_NAME
@@ -262,20 +276,23 @@ def init_cpu_process_group() -> bool:
     return True
 
 
-def detach_cpu_copy(state: Any) -> Any:
-    """``state`` with every tensor in it replaced by a copy (tuples, lists and dicts walked; other objects kept).
+def ray_worker_setup() -> None:
+    """Ray's ``worker_process_setup_hook`` on the CPU platform (:data:`CPU_TRAINER_OVERRIDES`): a gloo process group
+    in every process of a verl worker group (its rank and master in the environment verl gives it), before verl's
+    worker class is built; a no-op in every other Ray worker (the task runner, vLLM servers, agent-loop and reward
+    workers) and off the CPU platform."""
+    if os.environ.get("WG_BACKEND") == "ray" and os.environ.get("WG_PREFIX") is not None:
+        init_cpu_process_group()
 
-    verl's ``DetachActorWorker.save_model_to_cpu`` (separate_async's π_old) moves the parameters' shards to the CPU
-    with ``.cpu()``, which copies on a GPU but returns the very same storage when they already live on the CPU (this
-    platform; parameter offload): the "saved" π_old would follow the optimizer's in-place updates. TROLL's worker
-    copies the saved state where it aliases a parameter.
+
+def cpu_replay_buffer(*, trainer_mode: str, **kwargs):
+    """verl's replay buffer for ``trainer_mode`` (``ReplayBuffer`` for ``sync``, else ``ReplayBufferAsync``), polling
+    every :data:`CPU_REPLAY_POLL_S`: verl's custom sampler (``trainer.v1.sampler.custom_sampler``) on the CPU platform.
+
+    NOTE: verl hands a custom sampler neither ``algorithm.filter_groups`` nor ``sync_refill_failed_groups``; both keep
+    verl's defaults here (no group filtering), which the CPU runs use.
     """
-    if isinstance(state, torch.Tensor):
-        return state.detach().clone()
-    if isinstance(state, tuple):
-        return tuple(detach_cpu_copy(item) for item in state)
-    if isinstance(state, list):
-        return [detach_cpu_copy(item) for item in state]
-    if isinstance(state, dict):
-        return {key: detach_cpu_copy(value) for key, value in state.items()}
-    return state
+    from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer, ReplayBufferAsync
+
+    cls = ReplayBuffer if trainer_mode == "sync" else ReplayBufferAsync
+    return cls(trainer_mode=trainer_mode, poll_interval=CPU_REPLAY_POLL_S, **kwargs)

@@ -25,24 +25,27 @@ for every request (:func:`sampling_seed`), derived from the rollout seed (``acto
 training step, the prompt (its dataset ``index``) and which of the prompt's ``n`` answers it is (verl's
 ``session_id``). vLLM then samples each request from its own generator, whatever else is in the batch. Select it
 with ``actor_rollout_ref.rollout.agent.default_agent_loop=seeded_single_turn_agent`` (verl's v1 trainer: its agent
-loop passes ``global_steps``, ``index`` and ``session_id`` to every request; verl's legacy trainer through ``python -m
-troll_verl.main``, whose task runner adds the step and answer numbers: ``troll_verl.integration.legacy.SeededRequests``;
-a request without them is refused with the reason).
+loop passes ``global_steps``, ``index`` and ``session_id`` to every request; verl's legacy trainer passes no step or
+answer number, so it also needs :class:`SeededAgentLoopManager`, verl's documented
+``actor_rollout_ref.rollout.agent.agent_loop_manager_class``, which ``python -m troll_verl.main`` sets there; a request
+without them is refused with the reason).
 """
 
 from __future__ import annotations
 
 import hashlib
+from collections import Counter
 from typing import Any
 
-from verl.experimental.agent_loop.agent_loop import register
+import numpy as np
+from verl.experimental.agent_loop.agent_loop import AgentLoopManager, register
 from verl.experimental.agent_loop.single_turn_agent_loop import SingleTurnAgentLoop
 
 from troll_verl.compat import registered_agent_loop
 
 from . import SEEDED_AGENT_LOOP
 
-__all__ = ["SEEDED_AGENT_LOOP", "SeededSingleTurnAgentLoop", "sampling_seed"]
+__all__ = ["SEEDED_AGENT_LOOP", "SeededSingleTurnAgentLoop", "SeededAgentLoopManager", "sampling_seed"]
 
 # what every request must carry to derive its seed (verl's v1 agent loop passes all three)
 _REQUEST_FIELDS = ("global_steps", "index", "session_id")
@@ -74,6 +77,40 @@ class SeededSingleTurnAgentLoop(SingleTurnAgentLoop):
         seed = sampling_seed(self.rollout_config.seed, kwargs["global_steps"], kwargs["index"], kwargs["session_id"])
         # a copy: verl hands the same dict to every answer of a prompt
         return await super().run({**sampling_params, "seed": seed}, **kwargs)
+
+
+class SeededAgentLoopManager(AgentLoopManager):
+    """verl's agent-loop manager for its legacy trainer, with what the seeded loop reads from every request.
+
+    verl's v1 agent loop passes each request the step (``global_steps``) and its answer's number within the prompt's
+    group (``session_id``); the legacy trainer's passes neither. :meth:`generate_sequences` adds both as per-sample
+    columns of the generation batch (from ``meta_info["global_steps"]`` and the order of equal ``uid``), runs verl's,
+    and removes them from the batch and the output again. Selected with
+    ``actor_rollout_ref.rollout.agent.agent_loop_manager_class`` (:data:`troll_verl.rollout.SEEDED_AGENT_LOOP_MANAGER`).
+    """
+
+    _COLUMNS = ("global_steps", "session_id")
+
+    def generate_sequences(self, prompts):
+        """verl's ``generate_sequences`` on ``prompts`` (a ``DataProto``) with the two columns added for the call."""
+        n = len(prompts)
+        keys = prompts.non_tensor_batch.get("uid", np.arange(n))
+        seen: Counter = Counter()
+        sessions = []
+        for key in keys:
+            sessions.append(seen[key])
+            seen[key] += 1
+        step = int(prompts.meta_info.get("global_steps", 0))
+        prompts.non_tensor_batch["session_id"] = np.array(sessions, dtype=object)
+        prompts.non_tensor_batch["global_steps"] = np.full(n, step, dtype=object)
+        try:
+            output = super().generate_sequences(prompts)
+        finally:
+            for column in self._COLUMNS:
+                prompts.non_tensor_batch.pop(column, None)
+        for column in self._COLUMNS:
+            output.non_tensor_batch.pop(column, None)
+        return output
 
 
 def _register() -> None:

@@ -228,3 +228,22 @@ def update_batch(
         **({"policy_loss_logits": True} if troll and seam.route() == seam.SEAM else {}),
     )
     return data
+
+
+def group_probe_class():
+    """A verl worker (``Worker``) that sets up nothing itself and reports its process group: ``group()`` returns
+    ``(backend, world size, rank)``, or None without one (tests of the CPU platform's Ray set-up hook). Defined here,
+    not in a test module, so that Ray's workers can import it."""
+    from verl.single_controller.base import Worker
+    from verl.single_controller.base.decorator import Dispatch, register
+
+    class GroupProbe(Worker):
+        @register(dispatch_mode=Dispatch.ALL_TO_ALL)
+        def group(self):
+            return _process_group()
+
+    return GroupProbe
+
+
+def _process_group():
+    return (dist.get_backend(), dist.get_world_size(), dist.get_rank()) if dist.is_initialized() else None

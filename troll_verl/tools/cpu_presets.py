@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import partial
 
-from troll_verl.platform.cpu import CPU_ENGINE_OVERRIDES, CPU_VLLM_OVERRIDES
+from troll_verl.platform.cpu import CPU_ENGINE_OVERRIDES, CPU_TRAINER_OVERRIDES, CPU_VLLM_OVERRIDES
 from troll_verl.rollout import SEEDED_AGENT_LOOP
 
 __all__ = ["CPUModel", "MODELS", "VAL_KEY", "cpu_model", "cpu_run_overrides", "micro_batch_size", "tiny_cpu_overrides"]
@@ -167,6 +167,7 @@ def cpu_run_overrides(
         "actor_rollout_ref.actor.use_kl_loss=False",
         "actor_rollout_ref.actor.entropy_coeff=0",
         *CPU_VLLM_OVERRIDES,
+        *CPU_TRAINER_OVERRIDES,
         f"actor_rollout_ref.rollout.n={n}",
         f"actor_rollout_ref.rollout.seed={seed}",
         f"actor_rollout_ref.rollout.max_model_len={model.prompt_length + model.response_length}",

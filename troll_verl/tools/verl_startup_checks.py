@@ -139,7 +139,7 @@ def check_trainer_mode(config: DictConfig, use_reward_model: bool, troll: bool) 
     Raises:
         ValueError: naming the setting to change.
     """
-    mode = str(config.trainer.v1.trainer_mode).removeprefix("troll_")
+    mode = str(config.trainer.v1.trainer_mode)
     warnings: list[str] = []
     if mode != "separate_async":
         return warnings

@@ -23,7 +23,7 @@ def test_staleness_arms_run_both_losses_on_the_colocate_async_trainer():
     for variant, warmup in (("async1", 1), ("async2", 2)):
         for loss in ("troll", "clip"):
             overrides = arms.VARIANTS[variant][loss]
-            assert "trainer.v1.trainer_mode=troll_colocate_async" in overrides
+            assert "trainer.v1.trainer_mode=colocate_async" in overrides
             assert f"trainer.v1.colocate_async.num_warmup_batches={warmup}" in overrides
         assert "actor_rollout_ref.actor.policy_loss.loss_mode=vanilla" in arms.VARIANTS[variant]["clip"]
 

@@ -11,34 +11,15 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Tests of troll_verl.integration.trainer: refusals (each message checked), the shared preparation, worker classes,
-config path."""
-
-from types import SimpleNamespace
+"""Tests of troll_verl.integration.checks and what ``python -m troll_verl.main`` prepares before Ray: the refusals
+(each message checked), the settings, and the config keys it sets for verl's own trainers."""
 
 import pytest
-import ray
-from verl.experimental.separation.engine_workers import DetachActorWorker
-from verl.trainer.ppo.v1.trainer_base import PPOTrainer
-from verl.trainer.ppo.v1.trainer_colocate_async import PPOTrainerColocateAsync
-from verl.trainer.ppo.v1.trainer_separate_async import PPOTrainerSeparateAsync
-from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from verl.utils.config import omega_conf_to_dataclass
-from verl.workers.engine_workers import ActorRolloutRefWorker, TrainingWorker
 
-from troll_verl.integration.checks import validate_troll_config
+from troll_verl.integration.checks import prepare_troll_run, validate_troll_config
 from troll_verl.integration.config import TrollPolicyLossConfig
-from troll_verl.integration.ray_workers import TrollDetachActorWorker
-from troll_verl.integration.trainer import (
-    TROLL_TRAINERS,
-    TrollTrainer,
-    TrollTrainerColocateAsync,
-    TrollTrainerSeparateAsync,
-)
-from troll_verl.integration.workers import TrollTrainingWorker
 from troll_verl.testing.verl_engine import compose_config
-
-TROLL_CLASSES = [TrollTrainer, TrollTrainerColocateAsync, TrollTrainerSeparateAsync]
 
 
 @pytest.mark.parametrize(
@@ -50,7 +31,8 @@ TROLL_CLASSES = [TrollTrainer, TrollTrainerColocateAsync, TrollTrainerSeparateAs
         ("actor_rollout_ref.actor.pad_to_length=true", r"pad_to_length=false"),
         ("+actor_rollout_ref.actor.megatron.pad_to_length=true", r"megatron\.pad_to_length=true pads"),
         ("distillation.enabled=true", r"distillation.enabled=false"),
-        ("trainer.v1.trainer_mode=troll_colocate", r"not one of TROLL's trainers; use one of \['troll', "),
+        ("trainer.v1.trainer_mode=troll", r"troll-verl's trainer, which is gone.*Set trainer\.v1\.trainer_mode=sync"),
+        ("trainer.v1.trainer_mode=troll_colocate_async", r"Set trainer\.v1\.trainer_mode=colocate_async\."),
         ("actor_rollout_ref.actor.policy_loss.kl_bound=-1", r"policy_loss\.kl_bound must be a finite float > 0"),
         ("actor_rollout_ref.actor.policy_loss.topk=0", r"policy_loss\.topk must be an int >= 1"),
         ("actor_rollout_ref.actor.policy_loss.tail=drop", r"policy_loss\.tail must be one of"),
@@ -63,8 +45,8 @@ def test_refusals_name_the_setting(override, match):
 
 @pytest.mark.route
 def test_the_legacy_trainer_runs_troll_and_its_bypass_mode():
-    """trainer.use_v1=false is TROLL's legacy task runner (troll_verl.integration.legacy), whatever the v1 mode key
-    says, in bypass mode too (TROLL's worker turns the rollout's top-K columns into the old fields). With the seam
+    """trainer.use_v1=false is verl's legacy trainer, whatever the v1 mode key says, in bypass mode too (TROLL's worker
+    turns the rollout's top-K columns into the old fields). With the seam
     (upstream/), verl's own legacy trainer tags the passes, untried with TROLL: refused naming trainer.use_v1=true."""
     from troll_verl.integration.seam import seam_available
 
@@ -89,7 +71,7 @@ def test_the_legacy_trainer_runs_troll_and_its_bypass_mode():
 @pytest.mark.parametrize("stored, refused", [(8, True), (63, True), (0, False), (64, False), (100, False)])
 def test_an_old_pass_that_stores_fewer_tokens_than_topk_is_refused_on_the_seam(monkeypatch, stored, refused):
     """With the seam (upstream/ PR C), verl's old-log-prob pass stores actor.calculate_old_topk tokens and TROLL reads
-    them: fewer than policy_loss.troll.topk (64) is refused naming the key; 0 means TROLL's trainer sets it to topk.
+    them: fewer than policy_loss.troll.topk (64) is refused naming the key; 0 means troll_verl.main sets it to topk.
     Stock verl has no such key: the same config passes there."""
     import troll_verl.integration.seam as seam
 
@@ -111,8 +93,10 @@ def test_an_old_pass_that_stores_fewer_tokens_than_topk_is_refused_on_the_seam(m
 
 @pytest.mark.route
 @pytest.mark.parametrize("mode", ["sync", "colocate_async", "separate_async"])
-def test_verls_own_trainer_modes_run_troll(mode):
-    """TROLL lives in the actor worker: verl's own trainers need no TROLL trainer, on stock verl as on the seam."""
+def test_verls_own_trainer_modes_run_troll(mode, monkeypatch):
+    """TROLL lives in the actor worker: verl's own trainers need no TROLL trainer, on stock verl as on the seam (on a
+    GPU machine: separate_async is refused on the CPU platform, below)."""
+    monkeypatch.delenv("VERL_PLATFORM", raising=False)
     assert validate_troll_config(compose_config("/nonexistent", f"trainer.v1.trainer_mode={mode}")).topk == 64
 
 
@@ -120,7 +104,7 @@ def test_troll_trainer_yaml_and_cli_overrides():
     cfg = compose_config(
         "/nonexistent", "actor_rollout_ref.actor.policy_loss.kl_bound=0.2", "algorithm.adv_estimator=grpo"
     )
-    assert cfg.trainer.v1.trainer_mode == "troll"
+    assert cfg.trainer.v1.trainer_mode == "sync"  # verl's own trainer: TROLL lives in the actor worker
     settings = validate_troll_config(cfg)
     assert isinstance(settings, TrollPolicyLossConfig) and settings.kl_bound == 0.2 and settings.topk == 64
     actor = omega_conf_to_dataclass(cfg.actor_rollout_ref.actor)
@@ -155,16 +139,15 @@ def test_plain_verl_config_with_loss_mode_troll_uses_paper_defaults():
 
 @pytest.mark.route
 @pytest.mark.parametrize("loss_mode", ["troll", "vanilla"])
-def test_the_trainers_shared_preparation(loss_mode):
-    """prepare_troll_run, what the v1 and legacy trainers do before the workers start: nothing for another loss; for
-    TROLL the validated settings, TROLL's settings class, and on a verl with the seam the old pass's top-K."""
+def test_what_troll_verl_main_prepares(loss_mode):
+    """prepare_troll_run, what troll_verl.main does before Ray starts: nothing for another loss; for TROLL the
+    validated settings, TROLL's settings class, and on a verl with the seam the old pass's top-K."""
     import os
 
     import verl.trainer
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
-    from troll_verl.integration.checks import prepare_troll_run
     from troll_verl.integration.config import POLICY_LOSS_CONFIG_TARGET
     from troll_verl.integration.seam import seam_available
 
@@ -184,87 +167,6 @@ def test_the_trainers_shared_preparation(loss_mode):
     assert "troll_topk" not in custom  # not in bypass mode: the rollout is not asked for its top-K
 
 
-class _Batch(SimpleNamespace):
-    pass
-
-
-def _trainer(troll=True, cls=TrollTrainer):
-    trainer = object.__new__(cls)
-    trainer.troll_bypass = False  # the actor recomputes the old distribution (bypass mode: test_bypass_on_cpu.py)
-    trainer.troll_settings = TrollPolicyLossConfig() if troll else None
-    return trainer
-
-
-@pytest.mark.parametrize("cls", TROLL_CLASSES, ids=lambda c: c.troll_base_mode)
-def test_outside_bypass_mode_the_passes_are_verls_own(monkeypatch, cls):
-    """TROLL's trainers tag no pass: the old-log-prob pass, the reference pass and the update are verl's."""
-    seen = []
-
-    def record(name):
-        def fn(self, batch, metrics):
-            seen.append((name, dict(batch.extra_info)))
-            return batch
-
-        return fn
-
-    for name in ("_compute_old_log_prob", "_compute_ref_log_prob", "_update_actor"):
-        monkeypatch.setattr(PPOTrainer, name, record(name))
-    monkeypatch.setattr(PPOTrainerSeparateAsync, "_compute_old_log_prob", record("_compute_old_log_prob"))
-    trainer = _trainer(cls=cls)
-    for name in ("_compute_old_log_prob", "_compute_ref_log_prob", "_update_actor"):
-        getattr(trainer, name)(_Batch(extra_info={}), {})
-    assert seen == [(name, {}) for name in ("_compute_old_log_prob", "_compute_ref_log_prob", "_update_actor")]
-
-
-@pytest.mark.parametrize("cls", TROLL_CLASSES, ids=lambda c: c.troll_base_mode)
-def test_worker_classes_are_swapped(monkeypatch, cls):
-    from verl.trainer.ppo.utils import Role
-
-    def base(self):
-        self.role_worker_mapping = {
-            Role.ActorRolloutRef: ray.remote(ActorRolloutRefWorker),
-            Role.Critic: ray.remote(TrainingWorker),
-        }
-
-    monkeypatch.setattr(PPOTrainer, "_init_resource_pool_mgr", base)
-    trainer = _trainer(cls=cls)
-    trainer._init_resource_pool_mgr()  # separate_async: verl puts its DetachActorWorker in between
-    # verl's actor worker stays (its training worker is TROLL's); separate_async's keeps pi_old apart on the CPU
-    actor = TrollDetachActorWorker if cls is TrollTrainerSeparateAsync else ActorRolloutRefWorker
-    assert trainer.role_worker_mapping[Role.ActorRolloutRef].__ray_actor_class__ is actor
-    assert trainer.role_worker_mapping[Role.Critic].__ray_actor_class__ is TrollTrainingWorker
-
-
-def test_every_mode_has_one_troll_trainer_in_verls_registry():
-    from verl.trainer.ppo.v1 import get_trainer_cls
-
-    bases = {
-        "sync": PPOTrainerSync,
-        "colocate_async": PPOTrainerColocateAsync,
-        "separate_async": PPOTrainerSeparateAsync,
-    }
-    for name, cls in TROLL_TRAINERS.items():
-        assert get_trainer_cls(name) is cls and issubclass(cls, bases[cls.troll_base_mode])
-    assert set(TROLL_TRAINERS) == {"troll", "troll_sync", "troll_colocate_async", "troll_separate_async"}
-    assert issubclass(TrollDetachActorWorker, DetachActorWorker)
-
-
-@pytest.mark.parametrize("cls", TROLL_CLASSES, ids=lambda c: c.troll_base_mode)
-def test_trainer_runs_as_verls_own_mode(monkeypatch, cls):
-    """__init__ validates TROLL, then hands verl a config whose trainer_mode is verl's own (its code paths)."""
-    seen = {}
-
-    def init(self, config):
-        seen["mode"] = config.trainer.v1.trainer_mode
-        self.replay_buffer = SimpleNamespace(poll_interval=2.0)
-
-    monkeypatch.setattr(PPOTrainer, "__init__", init)
-    monkeypatch.setattr(PPOTrainerSeparateAsync, "__init__", PPOTrainer.__init__)  # its asserts: tested by the dry run
-    mode = "troll" if cls is TrollTrainer else f"troll_{cls.troll_base_mode}"
-    cls(compose_config("/nonexistent", f"trainer.v1.trainer_mode={mode}"))
-    assert seen["mode"] == cls.troll_base_mode
-
-
 @pytest.mark.route
 def test_a_verl_in_neos_shape_runs_its_legacy_trainer(monkeypatch):
     """verl's neo branch: no v1 task runner (refused, naming the fix), and its legacy trainer runs TROLL: nothing of
@@ -282,3 +184,92 @@ def test_a_verl_in_neos_shape_runs_its_legacy_trainer(monkeypatch):
             validate_troll_config(legacy)
     else:
         assert validate_troll_config(legacy).topk > 0
+
+
+OFFLOAD = ["actor_rollout_ref.actor.strategy=fsdp2", "actor_rollout_ref.actor.fsdp_config.param_offload=true"]
+
+
+def test_separate_async_is_refused_on_the_cpu_platform(monkeypatch):
+    """verl saves separate_async's pi_old with .cpu(), which aliases parameters already on the CPU (and its checkpoint
+    engines need NCCL-class backends): refused on the CPU platform, naming the mode to use."""
+    monkeypatch.setenv("VERL_PLATFORM", "cpu")
+    config = compose_config("/nonexistent", "trainer.v1.trainer_mode=separate_async")
+    with pytest.raises(ValueError, match=r"on the CPU platform.*trainer_mode=colocate_async"):
+        validate_troll_config(config)
+
+
+def test_separate_async_with_offload_and_several_local_steps_is_refused(monkeypatch):
+    """On a GPU the same aliasing with FSDP2's parameter offload: every local step after the first restarts from pi_old
+    (for every loss, clip too). Refused naming both settings and verl's function; one local step, or no offload, or
+    FSDP1 (whose save copies) pass."""
+    monkeypatch.delenv("VERL_PLATFORM", raising=False)
+    mode = "trainer.v1.trainer_mode=separate_async"
+    steps = "trainer.v1.separate_async.parameter_sync_step=2"
+    with pytest.raises(ValueError, match=r"param_offload=true and .*parameter_sync_step=2 .*fsdp2_sharded_save_to_cpu"):
+        validate_troll_config(compose_config("/nonexistent", mode, *OFFLOAD, steps))
+    one_step = "trainer.v1.separate_async.parameter_sync_step=1"  # verl's default is 4
+    for passing in (
+        [*OFFLOAD, one_step],
+        [OFFLOAD[0], steps],
+        ["actor_rollout_ref.actor.strategy=fsdp", OFFLOAD[1], steps],
+    ):
+        assert validate_troll_config(compose_config("/nonexistent", mode, *passing)).topk == 64
+
+
+@pytest.mark.route
+@pytest.mark.parametrize("mode, manager", [("sync", None), ("colocate_async", "troll_verl.bypass.agent_loop")])
+def test_bypass_on_the_asynchronous_trainers_names_trolls_agent_loop_manager(monkeypatch, mode, manager):
+    """Bypass mode through troll_verl.main: the rollout is asked for its top-K; on an asynchronous trainer verl builds
+    TROLL's agent-loop manager (its client keeps the top-K of resumed requests), named by verl's documented key; a
+    manager of the user's own there is refused, naming the key."""
+    import importlib
+
+    from omegaconf import OmegaConf
+
+    from troll_verl.bypass.mode import TOPK_AGENT_LOOP_MANAGER
+
+    bypass = [
+        "algorithm.rollout_correction.bypass_mode=true",
+        "actor_rollout_ref.rollout.name=vllm",
+        "actor_rollout_ref.rollout.calculate_log_probs=true",
+        f"trainer.v1.trainer_mode={mode}",
+    ]
+    config = compose_config("/nonexistent", *bypass)
+    prepare_troll_run(config)
+    assert config.actor_rollout_ref.rollout.custom.troll_topk == 64
+    named = OmegaConf.select(config, "actor_rollout_ref.rollout.agent.agent_loop_manager_class")
+    if manager is None:
+        assert named is None
+        return
+    assert named == TOPK_AGENT_LOOP_MANAGER and named.startswith(manager)
+    module, cls = named.rsplit(".", 1)
+    from verl.trainer.ppo.v1.agent_loop_tq import AgentLoopManagerTQ
+
+    assert issubclass(getattr(importlib.import_module(module), cls), AgentLoopManagerTQ)
+    own = compose_config(
+        "/nonexistent", *bypass, "+actor_rollout_ref.rollout.agent.agent_loop_manager_class=my.Manager"
+    )
+    with pytest.raises(ValueError, match=r"agent_loop_manager_class=my\.Manager\. Unset it"):
+        prepare_troll_run(own)
+
+
+@pytest.mark.parametrize("legacy, loop, named", [
+    (True, "seeded_single_turn_agent", True), (False, "seeded_single_turn_agent", False),
+    (True, "single_turn_agent", False),
+])  # fmt: skip
+def test_the_seeded_loop_on_the_legacy_trainer_gets_its_manager(legacy, loop, named):
+    """verl's legacy agent loop passes no step or answer number: troll_verl.main names the seeded loop's manager there
+    (for every loss), through verl's documented key; nowhere else."""
+    from omegaconf import OmegaConf
+
+    from troll_verl.rollout import SEEDED_AGENT_LOOP_MANAGER, prepare_seeded_loop
+
+    config = compose_config(
+        "/nonexistent",
+        f"trainer.use_v1={not legacy}",
+        f"actor_rollout_ref.rollout.agent.default_agent_loop={loop}",
+        "actor_rollout_ref.actor.policy_loss.loss_mode=vanilla",
+    )
+    assert prepare_seeded_loop(config) is named
+    key = "actor_rollout_ref.rollout.agent.agent_loop_manager_class"
+    assert OmegaConf.select(config, key) == (SEEDED_AGENT_LOOP_MANAGER if named else None)
