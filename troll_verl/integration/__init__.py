@@ -12,6 +12,7 @@
 # See the License for the specific language governing permissions and
 # limitations under the License.
 """The verl integration: registration with verl's registries (:mod:`.plugin`, verl's ``verl.plugins`` entry point),
-the config class (:mod:`.config`), TROLL's actor worker (:mod:`.workers`), trainers (:mod:`.trainer`), the loss closure
-of the stock-verl route (:mod:`.loss_fn`) and the detection of verl's policy-loss seam (:mod:`.seam`).
+the config class (:mod:`.config`), the refusals (:mod:`.checks`), TROLL's actor worker (:mod:`.workers`) and its
+diagnostics (:mod:`.diagnostics`), the loss closure of the stock-verl route (:mod:`.loss_fn`) and the detection of
+verl's policy-loss seam (:mod:`.seam`). There is no trainer: verl's own trainers run TROLL.
 """

@@ -28,7 +28,7 @@ TROLL's actor training      ``ActorRolloutRefWorker.actor_worker_cls``  when ``v
 worker (the CPU             (and ``ref_worker_cls`` on the CPU        loads
 platform's reference        platform)
 worker)
-rollout ``vllm`` (verl's,    ``rollout.replica.RolloutReplicaRegistry``  when ``verl.workers.rollout.replica``
+rollout ``vllm`` (verl's    ``rollout.replica.RolloutReplicaRegistry``  when ``verl.workers.rollout.replica``
 with bypass mode's top-K                                              loads
 where the rollout config
 asks for it; the CPU
