@@ -270,7 +270,7 @@ fi
 # the tests marked `route` (pyproject's markers: their outcome depends on the policy-loss route) in these files; the
 # rest of each file checks what does not depend on the route, which the suite checked on verl 0.9.1 already
 SEAM_TESTS=(tests/integration/test_engine_terms_on_cpu.py tests/integration/test_workers_on_cpu.py
-            tests/core/test_fsdp_losses_on_cpu.py tests/integration/test_plugin_on_cpu.py tests/integration/test_trainer_on_cpu.py
+            tests/core/test_fsdp_losses_on_cpu.py tests/integration/test_plugin_on_cpu.py tests/integration/test_checks_on_cpu.py
             tests/integration/test_seam_on_cpu.py)
 if want seam && [ "$APPLIED" -gt "$SEAM_AT" ]; then
     stage "troll-verl's tests marked route on the tree with PRs A-C (the plugin registers TROLL through the seam)"

@@ -363,7 +363,8 @@ def test_bypass_mode_on_the_legacy_trainer_projects_around_the_rollout_policy(da
     of the tokens projected (planted once, 2026-12-02)."""
     rows = datasets.check().rows
     assert "TROLL bypass mode: no old-log-prob pass" in datasets.log
-    assert "TROLL TaskRunner (legacy trainer)" in datasets.log
+    # verl's legacy task runner (main_ppo_v0.TaskRunner; the v1 trainers' is TaskRunnerV1), as Ray prefixes its lines
+    assert datasets.config.trainer.use_v1 is False and "(TaskRunner pid=" in datasets.log
     for r in rows:
         assert "actor/entropy" not in r
         assert r["actor/troll/old_from_rollout"] == 1.0 and r["actor/troll/old_pass_recompute_s"] == 0.0

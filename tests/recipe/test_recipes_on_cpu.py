@@ -146,7 +146,7 @@ def _check_cell(summary: dict, script: Path, dataset: str, variant: str, loss_mo
         "critic": settings["strategy"] if variant == "ppo" else None,
         "critic_lr": 1e-5 if variant == "ppo" else None,
         "experiment_name": f"{settings['tag']}-{dataset}-{variant}-{loss_mode}",
-        "trainer_mode": "troll",
+        "trainer_mode": "sync",  # verl's own trainer mode: troll_trainer.yaml sets none
         "model_loaded": False,
         "warnings": [],
     }
