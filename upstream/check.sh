@@ -13,7 +13,7 @@
 # See the License for the specific language governing permissions and
 # limitations under the License.
 
-# The upstream kit's one command (issues 11, 29): prove that the patch series A-E applies to a verl tree, passes
+# The upstream kit's one command (issues 11, 29): prove that the patch series A-H applies to a verl tree, passes
 # verl's own checks and tests there with troll-verl NOT installed, leaves every existing loss unchanged bit for bit,
 # and that troll-verl runs through the seam (PRs B and C). Stages:
 #

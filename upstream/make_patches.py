@@ -55,7 +55,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 UPSTREAM = ROOT / "upstream"
 VERL_VERSION = os.environ.get("VERL_VERSION", "0.9.1")
-SERIES = ("prA", "prB", "prC", "prD", "prE")
+SERIES = ("prA", "prB", "prC", "prD", "prE", "prF", "prG", "prH")
 
 # Fixed identity and dates, so that the same sources always give byte-identical patches.
 GIT_ENV = {

@@ -423,7 +423,7 @@ def test_the_summary_gives_each_stage_its_seconds(tmp_path):
 @pytest.mark.slow
 @pytest.mark.timeout(2700)
 def test_upstream_check_passes(upstream_check):
-    """``bash upstream/check.sh``: PRs A-E apply to verl 0.9.1's sdist, verl's checks and tests pass in the tree
+    """``bash upstream/check.sh``: PRs A-H apply to verl 0.9.1's sdist, verl's checks and tests pass in the tree
     without troll-verl, every existing loss is unchanged bit for bit, and troll-verl runs through the seam (A-C).
 
     It started in the background when collection ended (tests/upstream/conftest.py). Its processes carry a run tag
